@@ -1,0 +1,44 @@
+# acesql — the two commands: `make run` (the main job) and `make test` (the fast suite).
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SPIDER ?= ../shared/data/spider
+
+export PREFECT_HOME ?= $(CURDIR)/.prefect
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export MLFLOW_DISABLE_TELEMETRY := true
+export DO_NOT_TRACK := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup run test test-slow lint format bench clean
+
+setup: $(STAMP)
+
+# Re-installs only when the project's dependencies change; pins come from constraints.txt.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0 -c constraints.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]' -c constraints.txt
+	touch $@
+
+run: setup
+	$(PY) -m acesql.cli run --spider $(SPIDER) --out results/sql-eval
+
+test: setup
+	$(PY) -m pytest -m "not slow and not gpu" -q
+
+test-slow: setup
+	$(PY) -m pytest -m "slow" -q
+
+lint: setup
+	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+
+format: setup
+	$(PY) -m ruff format . && $(PY) -m ruff check --fix .
+
+bench: setup
+	$(PY) bench/exec_bench.py --spider $(SPIDER)
+
+clean:
+	rm -rf $(VENV) .prefect results

@@ -1,0 +1,227 @@
+"""The `acesql` command line. Every command prints JSON on stdout; `--help` on each.
+
+acesql sql exec --db DB "SELECT ..."
+acesql sql columns --db DB "SELECT ..."
+acesql sql match --db DB --mode bird --pred "..." --gold "..."
+acesql evaluate-sql --dataset DIR --format spider --predictions FILE --mode spider
+acesql run                       # the main job (see `acesql run --help`)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from acesql.errors import AcesqlError
+from acesql.sql.execution import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S
+
+MODES = click.Choice(["multiset", "bird", "spider"])
+
+
+def _print(obj) -> None:
+    click.echo(json.dumps(obj, ensure_ascii=False, default=str))
+
+
+def _db_option(f):
+    return click.option(
+        "--db",
+        "db",
+        required=True,
+        type=click.Path(exists=True, dir_okay=False),
+        help="SQLite database file.",
+    )(f)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="acesql")
+def cli():
+    """acesql: ACE-SQL text-to-SQL training, evaluation and tools."""
+
+
+# ----------------------------------------------------------------------- sql
+@cli.group()
+def sql():
+    """Run, inspect and compare SQL against a SQLite database (sandboxed, read-only)."""
+
+
+@sql.command("exec")
+@_db_option
+@click.option(
+    "--timeout",
+    "timeout_s",
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    type=float,
+    help="Seconds before SQLite is interrupted.",
+)
+@click.option(
+    "--max-rows",
+    default=DEFAULT_MAX_ROWS,
+    show_default=True,
+    type=int,
+    help="Rows kept from the result.",
+)
+@click.argument("query")
+def sql_exec(db, timeout_s, max_rows, query):
+    """Execute QUERY and print the result object (exit 0 even when the SQL fails)."""
+    from acesql.sql.execution import execute
+
+    _print(execute(db, query, timeout_s=timeout_s, max_rows=max_rows).to_dict())
+
+
+@sql.command("columns")
+@_db_option
+@click.argument("query")
+def sql_columns(db, query):
+    """Print the sorted canonical columns (table.column) QUERY uses; exit 1 if it cannot parse."""
+    from acesql.errors import SqlParseError
+    from acesql.sql.columns import extract_columns
+    from acesql.sql.schema import Schema
+
+    schema = Schema.from_sqlite(db, n_samples=0)
+    try:
+        _print(sorted(extract_columns(query, schema)))
+    except SqlParseError as exc:
+        _print({"error": str(exc)})
+        sys.exit(1)
+
+
+@sql.command("match")
+@_db_option
+@click.option("--mode", type=MODES, default="multiset", show_default=True)
+@click.option("--pred", required=True, help="Predicted SQL.")
+@click.option("--gold", required=True, help="Gold SQL.")
+@click.option("--timeout", "timeout_s", default=DEFAULT_TIMEOUT_S, show_default=True, type=float)
+def sql_match(db, mode, pred, gold, timeout_s):
+    """Execute PRED and GOLD and print {"match": ..., "reason": ...}."""
+    from acesql.sql.columns import has_order_by
+    from acesql.sql.execution import execute
+    from acesql.sql.matching import execution_match
+
+    result = execution_match(
+        execute(db, pred, timeout_s=timeout_s),
+        execute(db, gold, timeout_s=timeout_s),
+        mode,
+        ordered=has_order_by(gold),
+    )
+    _print(result.to_dict())
+
+
+@sql.command("schema")
+@_db_option
+@click.option("--columns", "columns", multiple=True, help="Keep only these table.column ids.")
+@click.option("--samples", default=3, show_default=True, help="Sample values per column.")
+def sql_schema(db, columns, samples):
+    """Print the schema as rendered for prompts, whole or pruned to --columns."""
+    from acesql.sql.schema import Schema
+
+    schema = Schema.from_sqlite(db, n_samples=samples)
+    _print({"db_id": schema.db_id, "text": schema.render(columns or None)})
+
+
+# ---------------------------------------------------------------- evaluation
+@cli.command("evaluate-sql")
+@click.option(
+    "--dataset",
+    required=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Dataset folder (Spider or BIRD layout).",
+)
+@click.option("--format", "fmt", type=click.Choice(["spider", "bird"]), required=True)
+@click.option("--split", default="dev", show_default=True)
+@click.option(
+    "--predictions",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help='JSON lines {"index": i, "sql": ...} or BIRD predict_dev.json.',
+)
+@click.option("--mode", type=MODES, default="multiset", show_default=True)
+@click.option("--workers", type=int, default=None, help="SQL worker processes [one per core].")
+@click.option("--timeout", "timeout_s", default=DEFAULT_TIMEOUT_S, show_default=True, type=float)
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="Write per-example results (JSON lines)."
+)
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def evaluate_sql(dataset, fmt, split, predictions, mode, workers, timeout_s, out, progress):
+    """Score a predictions file by execution accuracy; print the summary."""
+    from acesql.data.loaders import load_dataset
+    from acesql.eval.sql_eval import evaluate_predictions, load_predictions
+    from acesql.sql.executor import BatchExecutor
+
+    data = load_dataset(dataset, fmt, split)
+    preds = load_predictions(predictions)
+    with BatchExecutor(workers=workers, timeout_s=timeout_s, progress=progress) as executor:
+        summary, rows = evaluate_predictions(data, preds, mode, executor)
+    if out:
+        _write_jsonl(out, rows)
+    _print(summary)
+
+
+@cli.command("run")
+@click.option(
+    "--spider",
+    type=click.Path(),
+    default="../shared/data/spider",
+    show_default=True,
+    help="Spider folder; the built-in sample dataset is used when it is absent.",
+)
+@click.option(
+    "--out", type=click.Path(file_okay=False), default="results/sql-eval", show_default=True
+)
+@click.option("--workers", type=int, default=None, help="SQL worker processes [one per core].")
+def run(spider, out, workers):
+    """The main job: score the gold SQL of a dataset as predictions in every match mode.
+
+    A self-check of the SQL engine on real data: every usable example must match.
+    """
+    from acesql.data.loaders import load_dataset
+    from acesql.data.sample import build_sample_dataset
+    from acesql.eval.sql_eval import evaluate_predictions
+    from acesql.sql.executor import BatchExecutor
+
+    out = Path(out)
+    root = Path(spider)
+    if not (root / "tables.json").is_file():
+        root = build_sample_dataset(out / "sample-dataset")
+    data = load_dataset(root, "spider", "dev")
+    gold = {e.index: e.sql for e in data.examples}
+    report = {"dataset": str(root), "n_examples": len(data.examples)}
+    with BatchExecutor(workers=workers, progress=True) as executor:
+        for mode in ("multiset", "bird", "spider"):
+            start = time.monotonic()
+            summary, rows = evaluate_predictions(data, gold, mode, executor)
+            summary["seconds"] = round(time.monotonic() - start, 3)
+            report[mode] = summary
+            _write_jsonl(out / f"gold-{mode}.jsonl", rows)
+    (out / "summary.json").write_text(json.dumps(report, indent=2))
+    _print(report)
+
+
+def _write_jsonl(path, rows) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except AcesqlError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

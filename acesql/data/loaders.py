@@ -1,0 +1,141 @@
+"""Dataset loaders for the Spider and BIRD layouts, into one `Example` record.
+
+Spider:  DIR/{dev.json | train_spider.json + train_others.json}, DIR/tables.json,
+         DIR/database/<db_id>/<db_id>.sqlite
+BIRD:    DIR/{dev.json, dev_tables.json, dev_databases/} (split "dev")
+         DIR/{train.json, train_tables.json, train_databases/} (split "train")
+
+An example whose database file is missing stays in the dataset (its index is its position in
+the questions file) but is marked unusable with the reason, so that counts stay honest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from acesql.errors import ConfigError, DataError
+from acesql.sql.schema import Schema, load_tables_json
+
+
+@dataclass
+class Example:
+    index: int  # position in the questions file(s)
+    db_id: str
+    question: str
+    sql: str  # gold SQL
+    db_path: str
+    evidence: str = ""  # BIRD's external-knowledge hint
+    complexity: str = ""  # BIRD difficulty / synthetic complexity level
+    unusable: str | None = None  # why the example cannot be scored, e.g. "database missing"
+    gold_columns: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Dataset:
+    name: str
+    examples: list[Example]
+    tables: dict[str, dict]  # db_id -> tables.json entry
+    _schemas: dict = field(default_factory=dict, repr=False)
+
+    def schema(self, db_id: str, n_samples: int = 3) -> Schema:
+        """The schema of `db_id`, from its tables entry, with sample values from the file."""
+        key = (db_id, n_samples)
+        if key not in self._schemas:
+            entry = self.tables.get(db_id)
+            path = next((e.db_path for e in self.examples if e.db_id == db_id), None)
+            if entry is None:
+                if path is None:
+                    raise DataError(f"unknown database {db_id!r}")
+                self._schemas[key] = Schema.from_sqlite(path, db_id, n_samples)
+            else:
+                self._schemas[key] = Schema.from_tables_json(entry, path, n_samples)
+        return self._schemas[key]
+
+    @property
+    def usable(self) -> list[Example]:
+        return [e for e in self.examples if e.unusable is None]
+
+
+def load_spider(root: str | Path, split: str = "dev") -> Dataset:
+    root = _check_root(root)
+    files = {"dev": ["dev.json"], "train": ["train_spider.json", "train_others.json"]}
+    if split not in files:
+        raise ConfigError(f"Spider split must be one of {sorted(files)}, got {split!r}")
+    records = []
+    for name in files[split]:
+        path = root / name
+        if name == "train_others.json" and not path.exists():
+            continue
+        records.extend(_read_json_list(path))
+    tables = load_tables_json(root / "tables.json")
+    examples = [
+        _example(i, r, root / "database", sql_key="query", evidence="") for i, r in enumerate(records)
+    ]
+    return Dataset(f"spider-{split}", examples, tables)
+
+
+def load_bird(root: str | Path, split: str = "dev") -> Dataset:
+    root = _check_root(root)
+    if split not in ("dev", "train"):
+        raise ConfigError(f"BIRD split must be 'dev' or 'train', got {split!r}")
+    records = _read_json_list(root / f"{split}.json")
+    tables = load_tables_json(root / f"{split}_tables.json")
+    db_dir = root / f"{split}_databases"
+    examples = [
+        _example(
+            i,
+            r,
+            db_dir,
+            sql_key="SQL",
+            evidence=r.get("evidence", "") or "",
+            complexity=r.get("difficulty", "") or "",
+        )
+        for i, r in enumerate(records)
+    ]
+    return Dataset(f"bird-{split}", examples, tables)
+
+
+LOADERS: dict[str, Callable[..., Dataset]] = {"spider": load_spider, "bird": load_bird}
+
+
+def load_dataset(root: str | Path, fmt: str, split: str = "dev") -> Dataset:
+    """Load a dataset folder in format `fmt` ("spider" or "bird")."""
+    loader = LOADERS.get(fmt)
+    if loader is None:
+        raise ConfigError(f"unknown dataset format {fmt!r}; choose one of {sorted(LOADERS)}")
+    return loader(root, split)
+
+
+def _check_root(root) -> Path:
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"dataset folder not found: {root}")
+    return root
+
+
+def _read_json_list(path: Path) -> list[dict]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise DataError(f"questions file not found: {path}") from exc
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, list):
+        raise DataError(f"{path} must hold a JSON list of questions")
+    return data
+
+
+def _example(i, record, db_dir: Path, sql_key, evidence, complexity="") -> Example:
+    try:
+        db_id, question, sql = record["db_id"], record["question"], record[sql_key]
+    except KeyError as exc:
+        raise DataError(f"question #{i} lacks the field {exc}") from exc
+    db_path = db_dir / db_id / f"{db_id}.sqlite"
+    unusable = None if db_path.is_file() else "database missing"
+    return Example(i, db_id, question, sql, str(db_path), evidence, complexity, unusable)

@@ -1,0 +1,22 @@
+"""The project's exception hierarchy.
+
+Model-written SQL and model output never raise: their failures come back as data
+(`ExecResult.ok`, `MatchResult.reason`, parse results). Exceptions are for
+configuration and programmer errors, and each message says what to fix.
+"""
+
+
+class AcesqlError(Exception):
+    """Base class of every error this project raises on purpose."""
+
+
+class ConfigError(AcesqlError):
+    """A parameter, a params file or a command-line option is wrong."""
+
+
+class DataError(AcesqlError):
+    """A dataset, database or predictions file is missing or malformed."""
+
+
+class SqlParseError(AcesqlError):
+    """A SQL string could not be parsed or resolved against its schema."""

@@ -1,0 +1,131 @@
+"""Score a file of predicted SQL against a dataset's gold SQL by execution.
+
+Predictions are JSON lines `{"index": i, "sql": "..."}` (index = position in the questions
+file) or BIRD's official `predict_dev.json` mapping `{"i": "SQL\\t----- bird -----\\tdb_id"}`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from acesql.data.loaders import Dataset
+from acesql.errors import DataError
+from acesql.sql.executor import BatchExecutor
+
+BIRD_SEPARATOR = "\t----- bird -----\t"
+
+
+def load_predictions(path: str | Path) -> dict[int, str]:
+    """Read predictions into `{index: sql}`, from JSON lines or a BIRD mapping."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError as exc:
+        raise DataError(f"predictions file not found: {path}") from exc
+    if text.lstrip().startswith("{"):
+        try:
+            mapping = json.loads(text)
+        except json.JSONDecodeError:
+            mapping = None  # JSON lines also start with "{"
+        if isinstance(mapping, dict) and "sql" not in mapping:
+            return _from_bird_mapping(mapping, path)
+    predictions: dict[int, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            index, sql = int(record["index"]), record["sql"]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise DataError(
+                f'{path}:{lineno}: expected {{"index": int, "sql": str}}, got {line[:80]!r} ({exc})'
+            ) from exc
+        if index in predictions:
+            raise DataError(f"{path}:{lineno}: index {index} predicted twice")
+        predictions[index] = sql if isinstance(sql, str) else ""
+    return predictions
+
+
+def _from_bird_mapping(mapping: dict, path: Path) -> dict[int, str]:
+    predictions = {}
+    for key, value in mapping.items():
+        try:
+            index = int(key)
+        except ValueError as exc:
+            raise DataError(f"{path}: key {key!r} is not a question index") from exc
+        predictions[index] = str(value).split(BIRD_SEPARATOR)[0]
+    return predictions
+
+
+def evaluate_predictions(
+    dataset: Dataset,
+    predictions: dict[int, str],
+    mode: str,
+    executor: BatchExecutor,
+) -> tuple[dict, list[dict]]:
+    """Execution accuracy of `predictions` on `dataset`: (summary, one row per example)."""
+    unknown = sorted(set(predictions) - {e.index for e in dataset.examples})
+    if unknown:
+        raise DataError(
+            f"{len(unknown)} predictions name no question of {dataset.name} (first: {unknown[0]})"
+        )
+    scored = [e for e in dataset.examples if e.unusable is None]
+    verdicts = executor.match_many(
+        [(e.db_path, predictions.get(e.index, ""), e.sql) for e in scored], mode
+    )
+    by_index = dict(zip((e.index for e in scored), verdicts))
+    rows = []
+    for example in dataset.examples:
+        row = {
+            "index": example.index,
+            "db_id": example.db_id,
+            "question": example.question,
+            "gold": example.sql,
+            "pred": predictions.get(example.index),
+            "complexity": example.complexity,
+        }
+        verdict = by_index.get(example.index)
+        if verdict is None:
+            row.update(match=False, usable=False, reason=example.unusable)
+        else:
+            reason = verdict.match.reason
+            if example.index not in predictions:
+                reason = "no_prediction"
+            row.update(
+                match=verdict.match.match,
+                usable=verdict.match.usable,
+                reason=reason,
+                gold_empty=verdict.match.gold_empty,
+                pred_error=verdict.pred.error,
+                timed_out=verdict.pred.timed_out,
+                elapsed_s=round(verdict.pred.elapsed_s, 6),
+            )
+        rows.append(row)
+    return summarize(rows, mode), rows
+
+
+def summarize(rows: list[dict], mode: str) -> dict:
+    usable = [r for r in rows if r["usable"]]
+    correct = sum(r["match"] for r in usable)
+    summary = {
+        "n": len(rows),
+        "usable": len(usable),
+        "correct": correct,
+        "ex": round(correct / len(usable), 6) if usable else 0.0,
+        "mode": mode,
+        "unusable": dict(Counter(r["reason"] for r in rows if not r["usable"])),
+        "errors": dict(Counter(r["reason"] for r in usable if not r["match"])),
+        "gold_empty": sum(bool(r.get("gold_empty")) for r in usable),
+    }
+    levels = defaultdict(list)
+    for r in usable:
+        if r["complexity"]:
+            levels[r["complexity"]].append(r["match"])
+    if levels:
+        summary["by_complexity"] = {
+            k: {"usable": len(v), "correct": sum(v), "ex": round(sum(v) / len(v), 6)}
+            for k, v in sorted(levels.items())
+        }
+    return summary

@@ -1,0 +1,198 @@
+"""Sandboxed execution of untrusted SQL against SQLite files.
+
+`execute(db, sql)` never raises on bad SQL: it returns an `ExecResult` whose `ok`, `error`
+and `timed_out` say what happened.
+
+What the sandbox does:
+- opens the file read-only (`mode=ro` URI) with `PRAGMA query_only`, so SQLite itself refuses
+  to change the database;
+- installs an authorizer that allows only reading (SELECT, reads, functions other than
+  `load_extension`, recursive CTEs, read-only PRAGMAs) and refuses writes, schema changes,
+  ATTACH/DETACH, transactions, PRAGMA assignments and extension loading;
+- accepts exactly one statement, starting with SELECT, WITH or VALUES;
+- enforces a wall-clock deadline through SQLite's progress handler, which interrupts the
+  virtual machine itself (no thread left burning a core after the timeout);
+- caps the rows and bytes kept from a result, and the size of any one value.
+
+What it does not do: it does not bound the memory SQLite uses for a large sort or hash
+inside the deadline, and it does not protect against a malicious database file (the files
+are trusted, the SQL is not).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_MAX_ROWS = 100_000
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+PROGRESS_STEPS = 2_000  # SQLite VM instructions between deadline checks
+FETCH_CHUNK = 512
+
+_READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
+_FORBIDDEN_FUNCTIONS = {"load_extension"}
+_LEADING = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.S)
+_ALLOWED_START = ("select", "with", "values")
+
+
+@dataclass
+class ExecResult:
+    """What happened when one SQL string ran. Rows are tuples of SQLite values."""
+
+    ok: bool
+    columns: list[str] = field(default_factory=list)
+    rows: list[tuple] = field(default_factory=list)
+    error: str | None = None
+    timed_out: bool = False
+    elapsed_s: float = 0.0
+    truncated: bool = False
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "columns": self.columns,
+            "rows": [list(r) for r in self.rows],
+            "error": self.error,
+            "timed_out": self.timed_out,
+            "elapsed_s": round(self.elapsed_s, 6),
+            "truncated": self.truncated,
+        }
+
+
+def open_readonly(path: str | Path) -> sqlite3.Connection:
+    """A read-only connection to a SQLite file, with `query_only` on and text decoded leniently.
+
+    It refuses to create a missing file (sqlite3.OperationalError).
+    """
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    conn.text_factory = _decode_text
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+def open_sandboxed(
+    path: str | Path, max_value_bytes: int = DEFAULT_MAX_BYTES
+) -> sqlite3.Connection:
+    """A read-only connection with the authorizer and limits installed; see the module doc."""
+    conn = open_readonly(path)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(1024, int(max_value_bytes)))
+    conn.set_authorizer(_authorize)
+    return conn
+
+
+def execute(
+    db: str | Path | sqlite3.Connection,
+    sql: str,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> ExecResult:
+    """Run one untrusted SQL statement on `db` (a path, or a connection from `open_sandboxed`).
+
+    >>> execute(":no-such-file:", "SELECT 1").ok
+    False
+    """
+    start = time.monotonic()
+    problem = statement_problem(sql)
+    if problem:
+        return ExecResult(ok=False, error=problem, elapsed_s=time.monotonic() - start)
+    own = not isinstance(db, sqlite3.Connection)
+    try:
+        conn = open_sandboxed(db, max_bytes) if own else db
+    except (sqlite3.Error, OSError, ValueError) as exc:
+        return ExecResult(ok=False, error=f"cannot open database: {exc}", elapsed_s=0.0)
+    try:
+        return run_with_deadline(conn, sql, start, timeout_s, max_rows, max_bytes)
+    finally:
+        if own:
+            conn.close()
+
+
+def run_with_deadline(conn, sql, start, timeout_s, max_rows, max_bytes) -> ExecResult:
+    """Execute `sql` on a sandboxed connection, interrupting SQLite at `start + timeout_s`."""
+    deadline = start + timeout_s
+    conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
+    cursor = None
+    try:
+        cursor = conn.execute(sql)
+        columns = [d[0] for d in cursor.description or ()]
+        rows, size, truncated = [], 0, False
+        while not truncated:
+            chunk = cursor.fetchmany(FETCH_CHUNK)
+            if not chunk:
+                break
+            for row in chunk:
+                size += _row_bytes(row)
+                if len(rows) >= max_rows or size > max_bytes:
+                    truncated = True
+                    break
+                rows.append(row)
+        return ExecResult(
+            ok=True,
+            columns=columns,
+            rows=rows,
+            truncated=truncated,
+            elapsed_s=time.monotonic() - start,
+        )
+    except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError, MemoryError) as exc:
+        elapsed = time.monotonic() - start
+        timed_out = isinstance(exc, sqlite3.OperationalError) and "interrupted" in str(exc)
+        error = f"timeout after {timeout_s:g}s" if timed_out else _describe(exc)
+        return ExecResult(ok=False, error=error, timed_out=timed_out, elapsed_s=elapsed)
+    finally:
+        if cursor is not None:
+            cursor.close()
+        conn.set_progress_handler(None, 0)
+
+
+def statement_problem(sql) -> str | None:
+    """Why `sql` is refused before it reaches SQLite, or None when it may run."""
+    if not isinstance(sql, str):
+        return f"SQL must be a string, got {type(sql).__name__}"
+    if "\x00" in sql:
+        return "SQL contains a NUL character"
+    body = _LEADING.sub("", sql, count=1)
+    if not body.strip():
+        return "empty SQL"
+    word = re.match(r"[A-Za-z]+", body)
+    if word is None or word.group(0).lower() not in _ALLOWED_START:
+        found = word.group(0).upper() if word else body[:20]
+        return f"only SELECT / WITH / VALUES statements are allowed, got {found!r}"
+    return None
+
+
+def _authorize(action, arg1, arg2, db_name, trigger):
+    if action in _READ_ACTIONS:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_FUNCTION:
+        if (arg2 or "").lower() in _FORBIDDEN_FUNCTIONS:
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA and arg2 is None:
+        return sqlite3.SQLITE_OK  # reading a pragma; query_only blocks the ones that write
+    return sqlite3.SQLITE_DENY
+
+
+def _row_bytes(row) -> int:
+    size = 8 * len(row)
+    for value in row:
+        if isinstance(value, (str, bytes)):
+            size += len(value)
+    return size
+
+
+def _decode_text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if "one statement at a time" in text:
+        return "exactly one SQL statement is allowed"
+    return text

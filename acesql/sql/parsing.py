@@ -1,0 +1,121 @@
+"""Parsers for model output: the generator's SQL and the retriever's column list.
+
+Both skip `<think>...</think>` reasoning (an unclosed `<think>` hides everything after it)
+and take the last fitting code block. They never raise: a malformed output gives no SQL, or
+no columns, and says why.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from acesql.sql.schema import Schema
+
+_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.S | re.I)
+_STRAY_CLOSE = re.compile(r"^.*?</think>", re.S | re.I)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?(.*?)```", re.S)
+_OPEN_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*)$", re.S)
+_BARE_SQL = re.compile(r"(?im)^[ \t]*((?:SELECT|WITH)\b.*)")
+_LIST = re.compile(r"\[([^\[\]]*)\]", re.S)
+
+
+def strip_think(text: str) -> str:
+    """Remove reasoning blocks; text before a stray `</think>` counts as reasoning too."""
+    text = _THINK.sub("", text)
+    if "</think>" in text.lower():
+        text = _STRAY_CLOSE.sub("", text)
+    return text
+
+
+def parse_sql(text: str) -> str | None:
+    """The SQL in a generator output, or None.
+
+    Order of preference: the last ```sql block, the last code block of any language, an
+    unterminated final ```sql block (a cut-off output), then the text from the first line
+    starting with SELECT or WITH to the next blank line.
+
+    >>> out = "<think>```sql SELECT 1```</think>So:\\n```sql\\nSELECT name FROM t;\\n```"
+    >>> parse_sql(out)
+    'SELECT name FROM t'
+    """
+    if not isinstance(text, str):
+        return None
+    body = strip_think(text)
+    blocks = _FENCE.findall(body)
+    sql_blocks = [code for lang, code in blocks if lang.lower() in ("sql", "sqlite")]
+    for candidates in (sql_blocks, [code for _, code in blocks]):
+        for code in reversed(candidates):
+            if clean := _clean_sql(code):
+                return clean
+    if body.count("```") % 2 == 1:  # a cut-off output: the last fence never closed
+        opened = _OPEN_FENCE.search(body[body.rfind("```") :])
+        if opened and (clean := _clean_sql(opened.group(2))):
+            return clean
+    tail = body.split("```")[-1]
+    bare = _BARE_SQL.search(tail)
+    if bare:  # no usable fence: SQL from the first SELECT/WITH line to a blank line
+        return _clean_sql(re.split(r"\n\s*\n", tail[bare.start(1) :])[0]) or None
+    return None
+
+
+def _clean_sql(code: str) -> str:
+    code = code.strip()
+    # one statement only: cut at the first semicolon outside quotes
+    out, quote = [], None
+    for ch in code:
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == ";":
+            break
+        out.append(ch)
+    return "".join(out).strip()
+
+
+@dataclass(frozen=True)
+class ColumnParse:
+    columns: tuple[str, ...]  # canonical ids, in the order first written, no repeats
+    unknown: tuple[str, ...]  # items that name no column of the schema
+    ok: bool  # False when no list was found at all
+    error: str | None = None
+
+
+def parse_columns(text: str, schema: Schema) -> ColumnParse:
+    """The columns a retriever output names, resolved against `schema`.
+
+    Takes the last code block holding a `[...]` list (or the last list in the text), splits
+    it on commas and newlines, and tolerates quotes and backticks around items.
+
+    >>> from acesql.sql.schema import Column, Table
+    >>> s = Schema("db", (Table("Singer", (Column("Singer", "Name"),)),))
+    >>> parse_columns("```\\n['singer.name', `Singer`.`Age`]\\n```", s)[:2]
+    (('singer.name',), ('`Singer`.`Age`',))
+    """
+    if not isinstance(text, str):
+        return ColumnParse((), (), False, "output is not text")
+    body = strip_think(text)
+    items = None
+    for _, code in reversed(_FENCE.findall(body)):
+        lists = _LIST.findall(code)
+        if lists:
+            items = lists[-1]
+            break
+    if items is None:
+        lists = _LIST.findall(body)
+        if not lists:
+            return ColumnParse((), (), False, "no [table.column, ...] list found")
+        items = lists[-1]
+    columns, unknown = [], []
+    for raw in re.split(r"[,\n]", items):
+        item = raw.strip().strip("'\"").strip()
+        if not item:
+            continue
+        cid = schema.resolve(item)
+        if cid is None:
+            unknown.append(item)
+        elif cid not in columns:
+            columns.append(cid)
+    return ColumnParse(tuple(columns), tuple(unknown), True)

@@ -1,0 +1,396 @@
+"""Database schemas: introspection, loading from Spider/BIRD table files, prompt rendering.
+
+A `Schema` keeps the database's original table and column names. Everything else in the
+project refers to columns by their canonical id, `table.column` lower-cased, and maps back
+to the real identifiers through the schema (`Schema.column(cid)`), so quoted names, spaces
+and mixed case all work.
+
+    schema = Schema.from_sqlite("db.sqlite")
+    print(schema.render())                                  # whole schema, for the retriever
+    print(schema.render({"singer.name", "singer.age"}))     # pruned, for the generator
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from acesql.errors import DataError
+
+SAMPLE_SCAN_ROWS = 1000  # rows looked at per column when picking sample values
+SAMPLE_CHARS = 40  # longest sample value shown in a prompt
+
+_PLAIN_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def canonical_id(table: str, column: str) -> str:
+    """The canonical id of a column: `table.column`, lower-cased.
+
+    >>> canonical_id("Singer", "Song Name")
+    'singer.song name'
+    """
+    return f"{table.lower()}.{column.lower()}"
+
+
+def quote_identifier(name: str) -> str:
+    """Quote an identifier for SQLite when it is not a plain word.
+
+    >>> quote_identifier("name"), quote_identifier("First Name")
+    ('name', '"First Name"')
+    """
+    if _PLAIN_IDENTIFIER.match(name):
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True)
+class Column:
+    table: str
+    name: str
+    type: str = ""
+    primary_key: bool = False
+    samples: tuple = ()
+
+    @property
+    def id(self) -> str:
+        return canonical_id(self.table, self.name)
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    column: str  # canonical id of the referencing column
+    references: str  # canonical id of the referenced column
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[Column, ...]
+
+    @property
+    def primary_key(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.primary_key)
+
+
+@dataclass(frozen=True)
+class Schema:
+    db_id: str
+    tables: tuple[Table, ...]
+    foreign_keys: tuple[ForeignKey, ...] = ()
+    _columns: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        columns = {}
+        for table in self.tables:
+            for column in table.columns:
+                if column.id in columns:
+                    raise DataError(f"{self.db_id}: column {column.id!r} is defined twice")
+                columns[column.id] = column
+        self._columns.update(columns)
+
+    # ----------------------------------------------------------------- lookups
+    @property
+    def column_ids(self) -> tuple[str, ...]:
+        """All canonical column ids, in database order."""
+        return tuple(self._columns)
+
+    def column(self, cid: str) -> Column:
+        """The column with canonical id `cid` (KeyError when absent)."""
+        return self._columns[cid.lower()]
+
+    def table(self, name: str) -> Table:
+        for table in self.tables:
+            if table.name.lower() == name.lower():
+                return table
+        raise KeyError(name)
+
+    def resolve(self, text: str) -> str | None:
+        """Map a column written by a person or a model to its canonical id, or None.
+
+        Accepts `table.column` with any quoting (`"t"."c"`, `` `t`.`c` ``, `[t].[c]`) and case,
+        and a bare column name when exactly one table has it.
+        """
+        parts = [_unquote(p) for p in _split_dotted(text.strip())]
+        parts = [p for p in parts if p]
+        if not parts:
+            return None
+        for cut in range(1, len(parts)):
+            cid = canonical_id(".".join(parts[:cut]), ".".join(parts[cut:]))
+            if cid in self._columns:
+                return cid
+        bare = ".".join(parts).lower()
+        if bare in self._columns:
+            return bare
+        owners = [cid for cid, col in self._columns.items() if col.name.lower() == bare]
+        return owners[0] if len(owners) == 1 else None
+
+    def sqlglot_mapping(self) -> dict[str, dict[str, str]]:
+        """`{table: {column: type}}` with lower-cased names, the form sqlglot's optimizer takes."""
+        return {
+            t.name.lower(): {c.name.lower(): (c.type or "TEXT") for c in t.columns}
+            for t in self.tables
+        }
+
+    # --------------------------------------------------------------- rendering
+    def render(self, columns: Iterable[str] | None = None, samples: bool = True) -> str:
+        """The schema as CREATE TABLE text for a prompt, whole or pruned to `columns`.
+
+        Deterministic: tables and columns keep database order whatever order `columns` has.
+        A pruned table keeps only the selected columns; key lines need both ends kept.
+        """
+        keep = None if columns is None else {c.lower() for c in columns}
+        blocks = []
+        for table in self.tables:
+            cols = [c for c in table.columns if keep is None or c.id in keep]
+            if not cols:
+                continue
+            blocks.append(self._render_table(table, cols, keep, samples))
+        return "\n\n".join(blocks)
+
+    def _render_table(self, table, cols, keep, samples) -> str:
+        pk = table.primary_key
+        single_pk = len(pk) == 1
+        lines = []
+        for col in cols:
+            line = f"  {quote_identifier(col.name)}"
+            if col.type:
+                line += f" {col.type}"
+            if col.primary_key and single_pk:
+                line += " PRIMARY KEY"
+            lines.append([line, _samples_comment(col) if samples else ""])
+        if len(pk) > 1 and all(keep is None or c.id in keep for c in pk):
+            names = ", ".join(quote_identifier(c.name) for c in pk)
+            lines.append([f"  PRIMARY KEY ({names})", ""])
+        own = {c.id for c in cols}
+        for fk in self.foreign_keys:
+            if fk.column in own and (keep is None or fk.references in keep):
+                src, dst = self.column(fk.column), self.column(fk.references)
+                lines.append(
+                    [
+                        f"  FOREIGN KEY ({quote_identifier(src.name)}) REFERENCES "
+                        f"{quote_identifier(dst.table)}({quote_identifier(dst.name)})",
+                        "",
+                    ]
+                )
+        body = []
+        for i, (line, comment) in enumerate(lines):
+            sep = "," if i < len(lines) - 1 else ""
+            body.append(f"{line}{sep}{'  -- ' + comment if comment else ''}")
+        return f"CREATE TABLE {quote_identifier(table.name)} (\n" + "\n".join(body) + "\n);"
+
+    # ---------------------------------------------------------- serialization
+    def to_dict(self) -> dict:
+        return {
+            "db_id": self.db_id,
+            "tables": [
+                {
+                    "name": t.name,
+                    "columns": [
+                        {
+                            "name": c.name,
+                            "type": c.type,
+                            "primary_key": c.primary_key,
+                            "samples": list(c.samples),
+                        }
+                        for c in t.columns
+                    ],
+                }
+                for t in self.tables
+            ],
+            "foreign_keys": [[fk.column, fk.references] for fk in self.foreign_keys],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Schema:
+        tables = tuple(
+            Table(
+                t["name"],
+                tuple(
+                    Column(t["name"], c["name"], c["type"], c["primary_key"], tuple(c["samples"]))
+                    for c in t["columns"]
+                ),
+            )
+            for t in data["tables"]
+        )
+        fks = tuple(ForeignKey(a, b) for a, b in data["foreign_keys"])
+        return cls(data["db_id"], tables, fks)
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    def from_sqlite(cls, path: str | Path, db_id: str | None = None, n_samples: int = 3) -> Schema:
+        """Introspect a SQLite file: tables, declared types, keys and sample values."""
+        from acesql.sql.execution import open_readonly
+
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"database not found: {path}")
+        conn = open_readonly(path)
+        try:
+            names = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' "
+                    "AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
+                )
+            ]
+            tables, fks = [], []
+            for name in names:
+                info = conn.execute(f"PRAGMA table_info({_sql_quote(name)})").fetchall()
+                columns = tuple(
+                    Column(
+                        name,
+                        col_name,
+                        (col_type or "").upper(),
+                        pk > 0,
+                        _sample_values(conn, name, col_name, n_samples),
+                    )
+                    for _, col_name, col_type, _, _, pk in info
+                )
+                tables.append(Table(name, columns))
+                for row in conn.execute(f"PRAGMA foreign_key_list({_sql_quote(name)})"):
+                    target, src, dst = row[2], row[3], row[4]
+                    fks.append((name, src, target, dst))
+        except sqlite3.DatabaseError as exc:
+            raise DataError(f"cannot read database {path}: {exc}") from exc
+        finally:
+            conn.close()
+        schema_tables = tuple(tables)
+        return cls(db_id or path.stem, schema_tables, _resolve_fks(schema_tables, fks))
+
+    @classmethod
+    def from_tables_json(cls, entry: dict, db_path: str | Path | None = None, n_samples: int = 3):
+        """Build a schema from one Spider `tables.json` / BIRD `dev_tables.json` entry.
+
+        Original names are used. With `db_path`, sample values are read from the database.
+        """
+        try:
+            table_names = entry["table_names_original"]
+            col_names = entry["column_names_original"]
+            col_types = entry["column_types"]
+        except KeyError as exc:
+            raise DataError(f"tables entry {entry.get('db_id')!r} lacks {exc}") from exc
+        pk_indices = set()
+        for pk in entry.get("primary_keys", []):
+            pk_indices.update(pk if isinstance(pk, list) else [pk])
+        conn = None
+        if db_path is not None and Path(db_path).is_file():
+            from acesql.sql.execution import open_readonly
+
+            conn = open_readonly(db_path)
+        try:
+            per_table: list[list[Column]] = [[] for _ in table_names]
+            for idx, ((t_idx, name), ctype) in enumerate(zip(col_names, col_types)):
+                if t_idx < 0:
+                    continue  # the "*" pseudo-column
+                table = table_names[t_idx]
+                samples = _sample_values(conn, table, name, n_samples) if conn else ()
+                per_table[t_idx].append(
+                    Column(table, name, str(ctype).upper(), idx in pk_indices, samples)
+                )
+        finally:
+            if conn is not None:
+                conn.close()
+        tables = tuple(Table(n, tuple(cols)) for n, cols in zip(table_names, per_table))
+        fks = []
+        for a, b in entry.get("foreign_keys", []):
+            (ta, ca), (tb, cb) = col_names[a], col_names[b]
+            fks.append(
+                ForeignKey(canonical_id(table_names[ta], ca), canonical_id(table_names[tb], cb))
+            )
+        return cls(entry["db_id"], tables, tuple(dict.fromkeys(fks)))
+
+
+def load_tables_json(path: str | Path) -> dict[str, dict]:
+    """Read a Spider/BIRD tables file into `{db_id: entry}`."""
+    path = Path(path)
+    try:
+        entries = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise DataError(f"tables file not found: {path}") from exc
+    except json.JSONDecodeError as exc:
+        raise DataError(f"tables file {path} is not valid JSON: {exc}") from exc
+    return {e["db_id"]: e for e in entries}
+
+
+# ------------------------------------------------------------------- helpers
+def _sql_quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _sample_values(conn, table: str, column: str, n: int) -> tuple:
+    if n <= 0:
+        return ()
+    sql = (
+        f"SELECT DISTINCT v FROM (SELECT {_sql_quote(column)} AS v FROM {_sql_quote(table)} "
+        f"LIMIT {SAMPLE_SCAN_ROWS}) WHERE v IS NOT NULL LIMIT {int(n)}"
+    )
+    try:
+        rows = conn.execute(sql).fetchall()
+    except sqlite3.DatabaseError:
+        return ()
+    return tuple(_display_value(r[0]) for r in rows)
+
+
+def _display_value(value):
+    if isinstance(value, bytes):
+        return "<blob>"
+    if isinstance(value, str) and len(value) > SAMPLE_CHARS:
+        return value[: SAMPLE_CHARS - 3] + "..."
+    return value
+
+
+def _samples_comment(col: Column) -> str:
+    if not col.samples:
+        return ""
+    shown = ", ".join(repr(v) if isinstance(v, str) else str(v) for v in col.samples)
+    return f"examples: {shown}"
+
+
+def _resolve_fks(tables: tuple[Table, ...], raw: list[tuple]) -> tuple[ForeignKey, ...]:
+    by_name = {t.name.lower(): t for t in tables}
+    fks = []
+    for table, src, target, dst in raw:
+        target_table = by_name.get(str(target).lower())
+        if target_table is None:
+            continue  # dangling foreign key in the file: ignore
+        if dst is None:  # "REFERENCES t" without a column means t's primary key
+            pk = target_table.primary_key
+            if len(pk) != 1:
+                continue
+            dst = pk[0].name
+        fks.append(ForeignKey(canonical_id(table, src), canonical_id(target_table.name, dst)))
+    return tuple(dict.fromkeys(fks))
+
+
+_QUOTES = {'"': '"', "`": "`", "[": "]", "'": "'"}
+
+
+def _split_dotted(text: str) -> list[str]:
+    """Split `a.b` on dots that are outside quotes."""
+    parts, buf, closing = [], [], None
+    for ch in text:
+        if closing:
+            buf.append(ch)
+            if ch == closing:
+                closing = None
+        elif ch in _QUOTES:
+            closing = _QUOTES[ch]
+            buf.append(ch)
+        elif ch == ".":
+            parts.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+    parts.append("".join(buf))
+    return parts
+
+
+def _unquote(part: str) -> str:
+    part = part.strip()
+    if len(part) >= 2 and part[0] in _QUOTES and part[-1] == _QUOTES[part[0]]:
+        part = part[1:-1]
+    return part.strip()
