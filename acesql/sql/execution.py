@@ -81,7 +81,7 @@ def open_sandboxed(
     """A read-only connection with the authorizer and limits installed; see the module doc."""
     conn = open_readonly(path)
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(1024, int(max_value_bytes)))
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, min(max(1024, int(max_value_bytes)), 2**31 - 1))
     conn.set_authorizer(_authorize)
     return conn
 

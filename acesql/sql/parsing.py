@@ -91,7 +91,8 @@ def parse_columns(text: str, schema: Schema) -> ColumnParse:
 
     >>> from acesql.sql.schema import Column, Table
     >>> s = Schema("db", (Table("Singer", (Column("Singer", "Name"),)),))
-    >>> parse_columns("```\\n['singer.name', `Singer`.`Age`]\\n```", s)[:2]
+    >>> got = parse_columns("```\\n['singer.name', `Singer`.`Age`]\\n```", s)
+    >>> got.columns, got.unknown
     (('singer.name',), ('`Singer`.`Age`',))
     """
     if not isinstance(text, str):
@@ -110,7 +111,7 @@ def parse_columns(text: str, schema: Schema) -> ColumnParse:
         items = lists[-1]
     columns, unknown = [], []
     for raw in re.split(r"[,\n]", items):
-        item = raw.strip().strip("'\"").strip()
+        item = raw.strip()
         if not item:
             continue
         cid = schema.resolve(item)

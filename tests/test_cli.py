@@ -1,0 +1,126 @@
+"""The `acesql` command line, run as a user would run it."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from acesql.cli import cli
+
+
+def acesql(*args, check=True):
+    proc = subprocess.run(
+        [sys.executable, "-m", "acesql.cli", *map(str, args)], capture_output=True, text=True
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _commands(group, prefix=()):
+    for name, command in group.commands.items():
+        yield (*prefix, name)
+        if hasattr(command, "commands"):
+            yield from _commands(command, (*prefix, name))
+
+
+@pytest.mark.parametrize("command", [(), *_commands(cli)], ids=lambda c: " ".join(c) or "acesql")
+def test_every_command_has_help(command):
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(cli, [*command, "--help"])
+    assert result.exit_code == 0 and "Usage:" in result.output
+
+
+def test_sql_exec(school_db):
+    out = json.loads(
+        acesql("sql", "exec", "--db", school_db, "SELECT count(*) FROM student").stdout
+    )
+    assert out["ok"] and out["rows"] == [[60]] and out["columns"] == ["count(*)"]
+    bad = json.loads(acesql("sql", "exec", "--db", school_db, "DROP TABLE student").stdout)
+    assert not bad["ok"] and bad["error"]
+    slow = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM r) SELECT count(*) FROM r"
+    out = json.loads(acesql("sql", "exec", "--db", school_db, "--timeout", "0.3", slow).stdout)
+    assert out["timed_out"] and out["elapsed_s"] < 0.5
+
+
+def test_sql_columns(school_db):
+    sql = 'SELECT T2."Dept Name", count(*) FROM student T1 JOIN Department T2 USING (dept_id)'
+    out = json.loads(acesql("sql", "columns", "--db", school_db, sql).stdout)
+    assert out == ["department.dept name", "department.dept_id", "student.dept_id"]
+    proc = acesql("sql", "columns", "--db", school_db, "SELECT ghost FROM student", check=False)
+    assert proc.returncode == 1 and "ghost" in json.loads(proc.stdout)["error"]
+
+
+def test_sql_match(school_db):
+    gold = "SELECT name, age FROM student ORDER BY age"
+    pred = "SELECT age, name FROM student ORDER BY age"
+    spider = acesql(
+        "sql", "match", "--db", school_db, "--mode", "spider", "--pred", pred, "--gold", gold
+    )
+    assert json.loads(spider.stdout)["match"] is True
+    strict = acesql("sql", "match", "--db", school_db, "--pred", pred, "--gold", gold)
+    assert json.loads(strict.stdout) == {
+        "match": False,
+        "reason": "different_rows",
+        "usable": True,
+        "gold_empty": False,
+    }
+
+
+def test_evaluate_sql(sample_dir, tmp_path):
+    preds = tmp_path / "preds.jsonl"
+    questions = json.loads((sample_dir / "dev.json").read_text())
+    preds.write_text(
+        "\n".join(json.dumps({"index": i, "sql": q["query"]}) for i, q in enumerate(questions[:-1]))
+    )
+    out = tmp_path / "rows.jsonl"
+    proc = acesql(
+        "evaluate-sql",
+        "--dataset",
+        sample_dir,
+        "--format",
+        "spider",
+        "--predictions",
+        preds,
+        "--mode",
+        "bird",
+        "--workers",
+        "1",
+        "--out",
+        out,
+        "--no-progress",
+    )
+    summary = json.loads(proc.stdout)
+    assert (summary["n"], summary["usable"], summary["correct"]) == (14, 14, 13)
+    assert summary["ex"] == pytest.approx(13 / 14, abs=1e-6)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 14 and rows[-1]["reason"] == "no_prediction"
+
+
+def test_clear_error_for_bad_input(sample_dir, tmp_path):
+    broken = tmp_path / "preds.jsonl"
+    broken.write_text("{oops\n")
+    proc = acesql(
+        "evaluate-sql",
+        "--dataset",
+        sample_dir,
+        "--format",
+        "spider",
+        "--predictions",
+        broken,
+        check=False,
+    )
+    assert proc.returncode == 2 and "error:" in proc.stderr and "Traceback" not in proc.stderr
+    proc = acesql("sql", "exec", "--db", tmp_path / "missing.sqlite", "SELECT 1", check=False)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def test_run_on_the_sample_dataset(tmp_path):
+    proc = acesql(
+        "run", "--spider", tmp_path / "absent", "--out", tmp_path / "out", "--workers", "1"
+    )
+    report = json.loads(proc.stdout)
+    assert all(report[m]["ex"] == 1.0 for m in ("multiset", "bird", "spider"))
+    assert (tmp_path / "out" / "summary.json").is_file()

@@ -1,0 +1,165 @@
+"""The sandbox: results as data, a real deadline, caps, and database files never modified."""
+
+import hashlib
+import shutil
+import sqlite3
+import time
+
+import pytest
+
+from acesql.sql.execution import execute, open_sandboxed
+
+RUNAWAY_CTE = (
+    "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r"
+)
+
+HOSTILE = [
+    "INSERT INTO student (StudentID, name) VALUES (999, 'x')",
+    "UPDATE student SET age = 0",
+    "DELETE FROM student",
+    "DROP TABLE student",
+    "CREATE TABLE t (a)",
+    "CREATE TEMP TABLE t (a)",
+    "CREATE INDEX i ON student(age)",
+    "CREATE VIEW v AS SELECT 1",
+    "CREATE TRIGGER tr AFTER INSERT ON student BEGIN SELECT 1; END",
+    "ALTER TABLE student ADD COLUMN z",
+    "ALTER TABLE student RENAME TO pupils",
+    "ATTACH DATABASE ':memory:' AS other",
+    "ATTACH DATABASE '/tmp/acesql-attack.db' AS other",
+    "DETACH DATABASE main",
+    "PRAGMA query_only = OFF",
+    "PRAGMA user_version = 7",
+    "PRAGMA journal_mode = DELETE",
+    "PRAGMA writable_schema = ON",
+    "VACUUM",
+    "VACUUM INTO '/tmp/acesql-vacuum-copy.db'",
+    "REINDEX",
+    "ANALYZE",
+    "SELECT load_extension('/tmp/nothing.so')",
+    "BEGIN; DELETE FROM student; COMMIT",
+    "SELECT 1; DROP TABLE student",
+    "SELECT 1; PRAGMA query_only = OFF; DELETE FROM student",
+    "WITH x AS (SELECT 1) DELETE FROM student",
+    "WITH x AS (SELECT 1) INSERT INTO student (StudentID) SELECT 1000",
+    "REPLACE INTO student (StudentID, name) VALUES (1, 'y')",
+    "INSERT OR REPLACE INTO student (StudentID) VALUES (1)",
+    "SAVEPOINT a",
+    "SELECT writefile('/tmp/acesql-x', 'data')",
+    "/* comment */ DELETE FROM student",
+    "(DELETE FROM student)",
+]
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_select_returns_rows(school_db):
+    result = execute(school_db, "SELECT StudentID, name FROM student ORDER BY StudentID LIMIT 2")
+    assert result.ok and not result.timed_out and not result.truncated
+    assert result.columns == ["StudentID", "name"]
+    assert [r[0] for r in result.rows] == [1, 2]
+    assert result.error is None and result.elapsed_s >= 0
+
+
+@pytest.mark.parametrize(
+    "sql, fragment",
+    [
+        ("SELECT name FROM student WHERE", "incomplete input"),
+        ("SELECT name FROM student WHERE WHERE", "syntax error"),
+        ("SELEC name FROM student", "only SELECT"),
+        ("SELECT nope FROM student", "no such column"),
+        ("SELECT name FROM nowhere", "no such table"),
+        ("", "empty SQL"),
+        ("-- only a comment", "empty SQL"),
+        ("SELECT 1; SELECT 2", "one SQL statement"),
+        (None, "must be a string"),
+        ("SELECT 'a\x00b'", "NUL"),
+    ],
+)
+def test_bad_sql_comes_back_as_data(school_db, sql, fragment):
+    result = execute(school_db, sql)
+    assert not result.ok and not result.timed_out
+    assert fragment in result.error
+
+
+def test_missing_database_is_an_error_not_a_new_file(tmp_path):
+    missing = tmp_path / "nothing.sqlite"
+    result = execute(missing, "SELECT 1")
+    assert not result.ok and "cannot open database" in result.error
+    assert not missing.exists()
+
+
+def test_hostile_statements_change_nothing(school_db, tmp_path):
+    db = tmp_path / "copy.sqlite"
+    shutil.copy(school_db, db)
+    before = _digest(db)
+    for sql in HOSTILE:
+        result = execute(db, sql, timeout_s=2)
+        assert not result.ok, f"{sql!r} was allowed"
+    assert _digest(db) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.sqlite"]  # no journal, no WAL
+    for leftover in ("/tmp/acesql-vacuum-copy.db", "/tmp/acesql-attack.db", "/tmp/acesql-x"):
+        assert not __import__("os").path.exists(leftover), leftover
+    check = sqlite3.connect(db)
+    assert check.execute("SELECT count(*) FROM student").fetchone() == (60,)
+    check.close()
+
+
+def test_hostile_statements_on_a_cached_connection(school_db, tmp_path):
+    db = tmp_path / "copy.sqlite"
+    shutil.copy(school_db, db)
+    before = _digest(db)
+    conn = open_sandboxed(db)
+    for sql in HOSTILE:
+        assert not execute(conn, sql, timeout_s=2).ok, sql
+    assert execute(conn, "SELECT count(*) FROM student").rows == [(60,)]
+    conn.close()
+    assert _digest(db) == before
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        RUNAWAY_CTE,
+        "SELECT count(*) FROM student a, student b, student c, student d, student e",
+        "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT x FROM r",
+    ],
+    ids=["recursive-cte", "cross-join", "endless-rows"],
+)
+def test_runaway_query_is_interrupted_on_time(school_db, sql):
+    timeout = 0.5
+    start = time.monotonic()
+    result = execute(school_db, sql, timeout_s=timeout, max_rows=10**9, max_bytes=10**12)
+    wall = time.monotonic() - start
+    if result.ok:  # the endless-rows query may hit the byte/row caps first
+        assert result.truncated
+        return
+    assert result.timed_out and "timeout" in result.error
+    assert timeout <= result.elapsed_s < timeout + 0.2
+    assert wall < timeout + 0.2
+
+
+def test_interrupted_connection_is_reusable(school_db):
+    conn = open_sandboxed(school_db)
+    assert execute(conn, RUNAWAY_CTE, timeout_s=0.2).timed_out
+    assert execute(conn, "SELECT count(*) FROM course").rows == [(15,)]
+    conn.close()
+
+
+def test_row_cap(school_db):
+    result = execute(school_db, "SELECT * FROM student", max_rows=7)
+    assert result.ok and result.truncated and len(result.rows) == 7
+
+
+def test_byte_cap(school_db):
+    sql = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT printf('%0500d', x) FROM r"
+    result = execute(school_db, sql, timeout_s=5, max_rows=10**9, max_bytes=100_000)
+    assert result.ok and result.truncated
+    assert 100 <= len(result.rows) <= 200
+
+
+def test_huge_single_value_is_refused(school_db):
+    result = execute(school_db, "SELECT zeroblob(200000000)", max_bytes=1_000_000)
+    assert not result.ok and "too big" in result.error

@@ -1,0 +1,116 @@
+"""The batch executor: same answers as one-by-one execution, gold caching, dead workers."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from acesql.sql.execution import execute
+from acesql.sql.executor import BatchExecutor
+
+SLOW = "SELECT count(*) FROM student a, student b, student c, student d, student e"
+QUERIES = [
+    "SELECT count(*) FROM student",
+    "SELECT name FROM student WHERE age > 25 ORDER BY name",
+    "SELECT nope FROM student",
+    "DELETE FROM student",
+    "SELECT title, credits FROM course ORDER BY credits DESC, title",
+]
+
+
+@pytest.fixture(scope="module")
+def executor():
+    with BatchExecutor(workers=2, timeout_s=5) as ex:
+        yield ex
+
+
+def test_execute_many_equals_sequential(executor, school_db, shop_db):
+    items = [(school_db, q) for q in QUERIES] + [(shop_db, "SELECT count(*) FROM orders")]
+    items += [("/no/such/file.sqlite", "SELECT 1")]
+    results = executor.execute_many(items * 3)
+    assert len(results) == len(items) * 3
+    for (db, sql), got in zip(items * 3, results):
+        want = execute(db, sql)
+        assert (got.ok, got.rows, got.columns, got.error) == (
+            want.ok,
+            want.rows,
+            want.columns,
+            want.error,
+        )
+
+
+def test_match_many(executor, school_db):
+    gold = "SELECT name FROM student WHERE age > 25"
+    items = [
+        (school_db, gold, gold),
+        (school_db, "SELECT name FROM student WHERE 25 < age", gold),
+        (school_db, "SELECT name FROM student WHERE age >= 25", gold),
+        (school_db, "SELECT nothing", gold),
+        (school_db, gold, "SELECT broken FROM"),
+    ]
+    verdicts = executor.match_many(items, "multiset")
+    assert [v.match.match for v in verdicts] == [True, True, False, False, False]
+    assert verdicts[3].match.reason == "pred_error" and verdicts[3].pred.error
+    assert verdicts[4].match.usable is False
+    assert verdicts[0].pred.rows == []  # rows are dropped unless asked for
+    kept = executor.match_many(items[:1], "multiset", keep_rows=True)
+    assert kept[0].pred.rows
+
+
+def test_inline_mode_gives_the_same_verdicts(school_db):
+    items = [(school_db, q, QUERIES[1]) for q in QUERIES]
+    with BatchExecutor(workers=0) as inline, BatchExecutor(workers=2) as pool:
+        a = [v.match for v in inline.match_many(items, "spider")]
+        b = [v.match for v in pool.match_many(items, "spider")]
+    assert a == b and a[1].match
+
+
+def test_gold_is_executed_once(school_db):
+    with BatchExecutor(workers=0) as ex:
+        gold = "SELECT count(*) FROM enrollment"
+        ex.match_many([(school_db, f"SELECT {i}", gold) for i in range(40)], "bird")
+        assert list(ex._inline.gold_cache) == [(str(school_db), gold)]
+
+
+def test_killed_worker_neither_hangs_nor_drops_items(school_db):
+    with BatchExecutor(workers=2, timeout_s=3) as ex:
+        ex.execute_many([(school_db, "SELECT 1")] * 4)  # start the workers
+        pids = ex.worker_pids()
+        items = [(school_db, SLOW), (school_db, SLOW)] + [(school_db, QUERIES[0])] * 20
+
+        def kill():
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+
+        timer = threading.Timer(0.7, kill)
+        timer.start()
+        start = time.monotonic()
+        results = ex.execute_many(items)
+        timer.join()
+        assert time.monotonic() - start < 15
+        assert all(r is not None for r in results)
+        died = [r for r in results if r.error and "worker died" in r.error]
+        assert 1 <= len(died) <= 2
+        assert all(not r.ok for r in results[:2])  # killed, or timed out after a re-send
+        assert all(r.ok and r.rows == [(60,)] for r in results[2:])
+        assert ex.restarts == 2
+        assert set(ex.worker_pids()).isdisjoint(pids)
+        again = ex.execute_many([(school_db, QUERIES[0])] * 4)
+        assert all(r.ok for r in again)
+
+
+def test_unknown_mode_fails_before_any_work(executor, school_db):
+    from acesql.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        executor.match_many([(school_db, "SELECT 1", "SELECT 1")], "approximately")
+
+
+def test_stuck_worker_is_replaced(school_db):
+    with BatchExecutor(workers=1, timeout_s=30) as ex:
+        ex.hard_deadline_s = 0.5  # stands in for a worker wedged outside SQLite
+        results = ex.execute_many([(school_db, SLOW), (school_db, QUERIES[0])])
+        assert "was stuck" in results[0].error
+        assert results[1].ok and ex.restarts == 1
