@@ -163,3 +163,19 @@ def test_byte_cap(school_db):
 def test_huge_single_value_is_refused(school_db):
     result = execute(school_db, "SELECT zeroblob(200000000)", max_bytes=1_000_000)
     assert not result.ok and "too big" in result.error
+
+
+def test_invalid_utf8_text_is_read_leniently(tmp_path):
+    db = tmp_path / "latin1.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE t (name TEXT)")
+    conn.execute(
+        "INSERT INTO t VALUES (CAST(X'43616665E9' AS TEXT))"
+    )  # "Cafe" and a stray Latin-1 byte
+    conn.commit()
+    conn.close()
+    result = execute(db, "SELECT name FROM t")
+    assert result.ok and result.rows == [("Cafe\ufffd",)]
+    from acesql.sql.schema import Schema
+
+    assert Schema.from_sqlite(db).column("t.name").samples == ("Cafe\ufffd",)

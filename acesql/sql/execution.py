@@ -64,13 +64,12 @@ class ExecResult:
 
 
 def open_readonly(path: str | Path) -> sqlite3.Connection:
-    """A read-only connection to a SQLite file, with `query_only` on and text decoded leniently.
+    """A read-only connection to a SQLite file, with `query_only` on.
 
     It refuses to create a missing file (sqlite3.OperationalError).
     """
     uri = Path(path).resolve().as_uri() + "?mode=ro"
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-    conn.text_factory = _decode_text
     conn.execute("PRAGMA query_only = ON")
     return conn
 
@@ -115,7 +114,22 @@ def execute(
 
 
 def run_with_deadline(conn, sql, start, timeout_s, max_rows, max_bytes) -> ExecResult:
-    """Execute `sql` on a sandboxed connection, interrupting SQLite at `start + timeout_s`."""
+    """Execute `sql` on a sandboxed connection, interrupting SQLite at `start + timeout_s`.
+
+    Text is decoded as UTF-8; a database holding invalid UTF-8 is read again with the bad
+    bytes replaced (the strict decoder is much faster, so it goes first).
+    """
+    result = _run(conn, sql, start, timeout_s, max_rows, max_bytes)
+    if result.error and "Could not decode to UTF-8" in result.error:
+        conn.text_factory = decode_text
+        try:
+            result = _run(conn, sql, start, timeout_s, max_rows, max_bytes)
+        finally:
+            conn.text_factory = str
+    return result
+
+
+def _run(conn, sql, start, timeout_s, max_rows, max_bytes) -> ExecResult:
     deadline = start + timeout_s
     conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
     cursor = None
@@ -187,7 +201,8 @@ def _row_bytes(row) -> int:
     return size
 
 
-def _decode_text(raw: bytes) -> str:
+def decode_text(raw: bytes) -> str:
+    """Lenient UTF-8 decoding for `Connection.text_factory`: bad bytes become U+FFFD."""
     return raw.decode("utf-8", errors="replace")
 
 

@@ -37,7 +37,8 @@ from acesql.sql.execution import (
 )
 from acesql.sql.matching import MATCH_MODES, MatchResult, execution_match
 
-PREFETCH = 4  # jobs sent ahead to each worker
+PREFETCH_CHUNKS = 2  # chunks of jobs sent ahead to each worker
+MAX_CHUNK = 32  # jobs per message at most
 MAX_OPEN_CONNECTIONS = 64  # per worker
 MAX_AFFINITY_KEYS = 200_000
 
@@ -79,28 +80,28 @@ class _Runner:
         self.connections.move_to_end(db)
         return run_with_deadline(conn, sql, start, self.timeout_s, self.max_rows, self.max_bytes)
 
-    def gold(self, db: str, sql: str) -> tuple[ExecResult, bool]:
+    def gold(self, db: str, sql: str) -> ExecResult:
         key = (db, sql)
         hit = self.gold_cache.get(key)
         if hit is not None:
             self.gold_cache.move_to_end(key)
             return hit
         result = self.execute(db, sql)
-        entry = (result, has_order_by(sql))
         # a missing file or a timeout under load may not last: only keep real answers
         if result.ok or not (result.timed_out or result.error.startswith("cannot open")):
-            self.gold_cache[key] = entry
+            self.gold_cache[key] = result
             if len(self.gold_cache) > self.gold_cache_size:
                 self.gold_cache.popitem(last=False)
-        return entry
+        return result
 
     def run(self, job: tuple):
         kind = job[0]
         if kind == "exec":
             return self.execute(job[1], job[2])
         _, db, pred_sql, gold_sql, mode, keep_rows = job
-        gold, ordered = self.gold(db, gold_sql)
+        gold = self.gold(db, gold_sql)
         pred = self.execute(db, pred_sql)
+        ordered = mode == "spider" and gold.ok and has_order_by(gold_sql)
         match = execution_match(pred, gold, mode, ordered=ordered)
         return Verdict(match, pred if keep_rows else replace(pred, rows=[]))
 
@@ -112,35 +113,48 @@ def _failed(job: tuple, message: str):
     return Verdict(MatchResult(False, "worker_died"), pred)
 
 
-def _worker_main(conn, settings: dict) -> None:
+def _worker_main(conn, progress, settings: dict) -> None:
+    """Run chunks of jobs; `progress` = [position in the chunk, start time of that job or 0]."""
     runner = _Runner(**settings)
     while True:
         try:
-            message = conn.recv()
+            chunk = conn.recv()
         except (EOFError, OSError):
             return
-        if message is None:
+        if chunk is None:
             return
-        job_id, job = message
-        try:
-            result = runner.run(job)
-        except Exception as exc:  # noqa: BLE001 - a bug must not take the worker down
-            result = _failed(job, f"internal error: {exc!r}")
-        conn.send((job_id, result))
+        results = []
+        for position, (idx, job) in enumerate(chunk):
+            progress[0], progress[1] = position, time.monotonic()
+            try:
+                result = runner.run(job)
+            except Exception as exc:  # noqa: BLE001 - a bug must not take the worker down
+                result = _failed(job, f"internal error: {exc!r}")
+            results.append((idx, result))
+        progress[1] = 0.0
+        conn.send(results)
 
 
 class _Worker:
     def __init__(self, ctx, settings):
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, settings), daemon=True)
+        self.progress = ctx.RawArray("d", 2)
+        self.process = ctx.Process(
+            target=_worker_main, args=(child, self.progress, settings), daemon=True
+        )
         self.process.start()
         child.close()
-        self.inflight: deque[int] = deque()
-        self.head_started = 0.0
+        self.inflight: deque[list[int]] = deque()  # chunks sent, oldest first
 
-    def stop(self):
+    def running_for(self, now: float) -> float:
+        started = self.progress[1]
+        return now - started if self.inflight and started > 0 else 0.0
+
+    def close(self) -> None:
         with contextlib.suppress(OSError, ValueError):
             self.conn.send(None)
+
+    def join(self) -> None:
         self.process.join(timeout=2)
         if self.process.is_alive():
             self.process.kill()
@@ -196,7 +210,9 @@ class BatchExecutor:
 
     def close(self) -> None:
         for worker in self._workers:
-            worker.stop()
+            worker.close()
+        for worker in self._workers:
+            worker.join()
         self._workers = []
 
     def __enter__(self):
@@ -219,13 +235,12 @@ class BatchExecutor:
         finally:
             bar.close()
 
-    def _ensure_workers(self) -> None:
+    def _dispatch(self, jobs, keys, bar) -> list:
         while len(self._workers) < self.n_workers:
             self._workers.append(_Worker(self._ctx, self.settings))
-
-    def _dispatch(self, jobs, keys, bar) -> list:
-        self._ensure_workers()
         n = len(self._workers)
+        # chunks amortize the message cost; small batches still spread over every worker
+        chunk_size = max(1, min(MAX_CHUNK, len(jobs) // (n * 4)))
         queues = [deque() for _ in range(n)]
         if len(self._affinity) > MAX_AFFINITY_KEYS:
             self._affinity.clear()
@@ -238,66 +253,68 @@ class BatchExecutor:
         results: list = [None] * len(jobs)
         remaining = len(jobs)
         while remaining:
-            self._feed(jobs, queues)
-            by_handle = {}
+            self._feed(jobs, queues, chunk_size)
+            handles = {}
             for i, worker in enumerate(self._workers):
-                by_handle[worker.conn] = i
-                by_handle[worker.process.sentinel] = i
-            for handle in wait(list(by_handle), timeout=0.5):
-                i = by_handle[handle]
+                handles[worker.conn] = handles[worker.process.sentinel] = i
+            for i in sorted(set(handles[h] for h in wait(list(handles), timeout=0.5))):
                 worker = self._workers[i]
-                if worker.conn.closed:
-                    continue  # already replaced in this round
                 remaining -= self._collect(worker, results, bar)
-                if handle is worker.process.sentinel or not worker.process.is_alive():
+                if not worker.process.is_alive():
                     remaining -= self._replace(i, jobs, queues, results, bar, "died")
             now = time.monotonic()
             for i, worker in enumerate(self._workers):
-                if worker.inflight and now - worker.head_started > self.hard_deadline_s:
+                if worker.running_for(now) > self.hard_deadline_s:
                     worker.process.kill()
                     worker.process.join()
                     remaining -= self._collect(worker, results, bar)
                     remaining -= self._replace(i, jobs, queues, results, bar, "was stuck")
         return results
 
-    def _feed(self, jobs, queues) -> None:
+    def _feed(self, jobs, queues, chunk_size) -> None:
         for i, worker in enumerate(self._workers):
-            while len(worker.inflight) < PREFETCH:
-                queue = queues[i] if queues[i] else max(queues, key=len)
-                if not queue:
+            while len(worker.inflight) < PREFETCH_CHUNKS:
+                own = queues[i]
+                source = own if own else max(queues, key=len)
+                if not source:
                     break
-                idx = queue.popleft() if queue is queues[i] else queue.pop()
-                if not worker.inflight:
-                    worker.head_started = time.monotonic()
-                worker.conn.send((idx, jobs[idx]))
-                worker.inflight.append(idx)
+                take = min(chunk_size, len(source))
+                chunk = [own.popleft() if own else source.pop() for _ in range(take)]
+                worker.conn.send([(idx, jobs[idx]) for idx in chunk])
+                worker.inflight.append(chunk)
 
     def _collect(self, worker: _Worker, results, bar) -> int:
         done = 0
         try:
             while worker.conn.poll():
-                idx, result = worker.conn.recv()
-                results[idx] = result
-                worker.inflight.remove(idx)
-                worker.head_started = time.monotonic()
-                done += 1
+                for idx, result in worker.conn.recv():
+                    results[idx] = result
+                    done += 1
+                worker.inflight.popleft()
         except (EOFError, OSError):
             pass
         bar.update(done)
         return done
 
     def _replace(self, i, jobs, queues, results, bar, how: str) -> int:
+        """Replace worker i; the job it was running fails, the rest of its work is re-queued."""
         old = self._workers[i]
-        code = old.process.exitcode
         done = 0
         if old.inflight:
-            culprit = old.inflight.popleft()
-            message = f"SQL worker {how} (exit code {code}) while running this item"
-            results[culprit] = _failed(jobs[culprit], message)
-            done = 1
-            queues[i].extendleft(reversed(old.inflight))
+            head = old.inflight.popleft()
+            position = int(old.progress[0]) if old.progress[1] > 0 else -1
+            if 0 <= position < len(head):
+                culprit = head.pop(position)
+                message = (
+                    f"SQL worker {how} (exit code {old.process.exitcode}) while running this item"
+                )
+                results[culprit] = _failed(jobs[culprit], message)
+                done = 1
+            requeue = head + [idx for chunk in old.inflight for idx in chunk]
+            queues[i].extendleft(reversed(requeue))
         old.inflight.clear()
-        old.stop()
+        old.close()
+        old.join()
         self._workers[i] = _Worker(self._ctx, self.settings)
         self.restarts += 1
         bar.update(done)

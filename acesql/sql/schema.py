@@ -223,12 +223,13 @@ class Schema:
     @classmethod
     def from_sqlite(cls, path: str | Path, db_id: str | None = None, n_samples: int = 3) -> Schema:
         """Introspect a SQLite file: tables, declared types, keys and sample values."""
-        from acesql.sql.execution import open_readonly
+        from acesql.sql.execution import decode_text, open_readonly
 
         path = Path(path)
         if not path.is_file():
             raise DataError(f"database not found: {path}")
         conn = open_readonly(path)
+        conn.text_factory = decode_text
         try:
             names = [
                 r[0]
@@ -278,9 +279,10 @@ class Schema:
             pk_indices.update(pk if isinstance(pk, list) else [pk])
         conn = None
         if db_path is not None and Path(db_path).is_file():
-            from acesql.sql.execution import open_readonly
+            from acesql.sql.execution import decode_text, open_readonly
 
             conn = open_readonly(db_path)
+            conn.text_factory = decode_text
         try:
             per_table: list[list[Column]] = [[] for _ in table_names]
             for idx, ((t_idx, name), ctype) in enumerate(zip(col_names, col_types)):
