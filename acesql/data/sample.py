@@ -211,27 +211,7 @@ def _tables_entries(out: Path) -> list[dict]:
     """Spider-style tables.json entries, read back from the databases just written."""
     from acesql.sql.schema import Schema
 
-    entries = []
-    for db_id in ("school", "shop"):
-        schema = Schema.from_sqlite(out / "database" / db_id / f"{db_id}.sqlite", db_id)
-        columns, types, pks, index = [[-1, "*"]], ["text"], [], {}
-        for t_idx, table in enumerate(schema.tables):
-            for col in table.columns:
-                index[col.id] = len(columns)
-                if col.primary_key:
-                    pks.append(len(columns))
-                columns.append([t_idx, col.name])
-                types.append(col.type.lower() or "text")
-        entries.append(
-            {
-                "db_id": db_id,
-                "table_names_original": [t.name for t in schema.tables],
-                "table_names": [t.name.lower() for t in schema.tables],
-                "column_names_original": columns,
-                "column_names": [[t, n.lower()] for t, n in columns],
-                "column_types": types,
-                "primary_keys": pks,
-                "foreign_keys": [[index[f.column], index[f.references]] for f in schema.foreign_keys],
-            }
-        )
-    return entries
+    return [
+        Schema.from_sqlite(out / "database" / db_id / f"{db_id}.sqlite", db_id).to_tables_json()
+        for db_id in ("school", "shop")
+    ]

@@ -219,6 +219,27 @@ class Schema:
         fks = tuple(ForeignKey(a, b) for a, b in data["foreign_keys"])
         return cls(data["db_id"], tables, fks)
 
+    def to_tables_json(self) -> dict:
+        """This schema as a Spider `tables.json` entry (original names kept)."""
+        columns, types, primary_keys, index = [[-1, "*"]], ["text"], [], {}
+        for t_idx, table in enumerate(self.tables):
+            for col in table.columns:
+                index[col.id] = len(columns)
+                if col.primary_key:
+                    primary_keys.append(len(columns))
+                columns.append([t_idx, col.name])
+                types.append(col.type.lower() or "text")  # declared types, as BIRD keeps them
+        return {
+            "db_id": self.db_id,
+            "table_names_original": [t.name for t in self.tables],
+            "table_names": [" ".join(t.name.lower().split("_")) for t in self.tables],
+            "column_names_original": columns,
+            "column_names": [[t, " ".join(n.lower().split("_"))] for t, n in columns],
+            "column_types": types,
+            "primary_keys": primary_keys,
+            "foreign_keys": [[index[f.column], index[f.references]] for f in self.foreign_keys],
+        }
+
     # ------------------------------------------------------------ construction
     @classmethod
     def from_sqlite(cls, path: str | Path, db_id: str | None = None, n_samples: int = 3) -> Schema:

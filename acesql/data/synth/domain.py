@@ -17,7 +17,7 @@ File format (see `domains/hospital.yaml` for a full example):
         rows: [80, 400]                    # row count range (scaled by the profile)
         label: full_name                   # attribute that names a row in questions
         attrs:
-          - {key: full_name, kind: person_name, phrases: [name, full name], names: [name, full_name]}
+          - {key: full_name, kind: person_name, phrases: [name], names: [name, full_name]}
           - {key: born, kind: date, phrases: [date of birth, birthday], names: [dob, birth_date],
              range: [1930, 2015]}
         parents:                           # foreign keys of this entity
@@ -182,6 +182,18 @@ def parse_domain(raw: dict, source: str = "<dict>") -> Domain:
 
 
 def _check(domain: Domain, source: str) -> None:
+    texts, values = [], []
+    for e in domain.entities:
+        texts += [*e.phrases, *e.plural, *e.tables]
+        for a in e.attrs:
+            texts += [*a.phrases, *a.names]
+            values += list(a.values)
+        for p in e.parents:
+            texts += [*p.names, *p.phrases]
+    odd = [t for t in texts if not isinstance(t, str)]
+    odd += [v for v in values if isinstance(v, bool) or not isinstance(v, (str, int, float))]
+    if odd:  # YAML reads bare on/off/yes/no as booleans: quote them
+        raise ConfigError(f"{source}: words must be text, got {odd[:3]} (quote them in YAML)")
     keys = [e.key for e in domain.entities]
     if len(set(keys)) != len(keys):
         raise ConfigError(f"{source}: duplicate entity keys")
