@@ -124,3 +124,13 @@ def test_run_on_the_sample_dataset(tmp_path):
     report = json.loads(proc.stdout)
     assert all(report[m]["ex"] == 1.0 for m in ("multiset", "bird", "spider"))
     assert (tmp_path / "out" / "summary.json").is_file()
+
+
+def test_data_synth(tmp_path):
+    out = tmp_path / "synth"
+    args = ["data", "synth", "--out", out, "--dbs", 4, "--questions-per-db", 3, "--profile", "tiny"]
+    summary = json.loads(acesql(*args, "--no-progress").stdout)
+    assert summary["n_databases"] == 4 and summary["n_examples"] == 12
+    assert (out / "tables.json").is_file() and len(list((out / "databases").iterdir())) == 4
+    proc = acesql(*args, "--ood-domains", "atlantis", check=False)
+    assert proc.returncode == 2 and "not domains" in proc.stderr
