@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]' -c constraints.txt
 	touch $@
 
+# The pipeline flow: `dvc repro` of each stage, under Prefect's temporary local API.
 run: setup
-	$(PY) -m acesql.cli run --spider $(SPIDER) --out results/sql-eval
+	$(PY) -m flows.pipeline
 
 test: setup
 	$(PY) -m pytest -m "not slow and not gpu" -q

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from acesql.data.loaders import LOADERS
 from acesql.errors import AcesqlError
 from acesql.sql.execution import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S
 
@@ -163,7 +164,7 @@ def data_synth(
     workers,
     progress,
 ):
-    """Generate SQLite databases with questions and gold SQL (Spider-like layout); print a summary."""
+    """Generate SQLite databases, questions and gold SQL (Spider-like layout); print a summary."""
     from acesql.data.synth.generate import SynthConfig, generate_dataset
 
     config = SynthConfig(
@@ -185,9 +186,9 @@ def data_synth(
     "--dataset",
     required=True,
     type=click.Path(exists=True, file_okay=False),
-    help="Dataset folder (Spider or BIRD layout).",
+    help="Dataset folder (Spider, BIRD, synthetic or SynSQL layout).",
 )
-@click.option("--format", "fmt", type=click.Choice(["spider", "bird"]), required=True)
+@click.option("--format", "fmt", type=click.Choice(sorted(LOADERS)), required=True)
 @click.option("--split", default="dev", show_default=True)
 @click.option(
     "--predictions",

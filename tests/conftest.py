@@ -1,12 +1,25 @@
-"""Shared fixtures: the built-in sample dataset (two generated databases) and its schemas."""
+"""Shared fixtures: the built-in sample dataset (two generated databases) and its schemas,
+a small dataset from the synthetic generator, and Prefect's test harness.
 
+Prefect's home and DVC's site cache go to a temporary folder for the whole session (set
+before either library is imported), so tests never touch the project's or the machine's.
+"""
+
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
+_SCRATCH = tempfile.mkdtemp(prefix="acesql-tests-")
+atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
+os.environ["PREFECT_HOME"] = os.path.join(_SCRATCH, "prefect")
+os.environ["DVC_SITE_CACHE_DIR"] = os.path.join(_SCRATCH, "dvc-site-cache")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("DO_NOT_TRACK", "1")
 
 from acesql.data.sample import build_sample_dataset  # noqa: E402
 from acesql.sql.schema import Schema  # noqa: E402
@@ -43,3 +56,23 @@ def spider_dir() -> Path:
     if not (SPIDER / "tables.json").is_file():
         pytest.skip("../shared/data/spider is absent")
     return SPIDER
+
+
+@pytest.fixture(scope="session")
+def synth_dir(tmp_path_factory) -> Path:
+    """The generator's layout: 6 tiny databases (4 train, 1 dev, 1 test_ood), 4 questions each."""
+    from acesql.data.synth.generate import SynthConfig, generate_dataset
+
+    out = tmp_path_factory.mktemp("synth")
+    config = SynthConfig(n_databases=6, questions_per_db=4, profile="tiny", seed=1)
+    generate_dataset(out, config)
+    return out
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """Flows run against a temporary Prefect API and database (slow to start: shared)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -1,9 +1,13 @@
-"""Dataset loaders for the Spider and BIRD layouts, into one `Example` record.
+"""Dataset loaders for the Spider, BIRD, synthetic and SynSQL layouts, into one `Example` record.
 
 Spider:  DIR/{dev.json | train_spider.json + train_others.json}, DIR/tables.json,
          DIR/database/<db_id>/<db_id>.sqlite
 BIRD:    DIR/{dev.json, dev_tables.json, dev_databases/} (split "dev")
          DIR/{train.json, train_tables.json, train_databases/} (split "train")
+synth:   DIR/{train,dev,test_ood}.json, DIR/tables.json, DIR/databases/<db_id>/<db_id>.sqlite
+         (the built-in generator, `acesql.data.synth`)
+SynSQL:  DIR/data.json, DIR/tables.json, DIR/databases/<db_id>/<db_id>.sqlite
+         (SynSQL-2.5M; one split, "train")
 
 An example whose database file is missing stays in the dataset (its index is its position in
 the questions file) but is marked unusable with the reason, so that counts stay honest.
@@ -30,7 +34,8 @@ class Example:
     evidence: str = ""  # BIRD's external-knowledge hint
     complexity: str = ""  # BIRD difficulty / synthetic complexity level
     unusable: str | None = None  # why the example cannot be scored, e.g. "database missing"
-    gold_columns: list[str] = field(default_factory=list)
+    gold_columns: list[str] = field(default_factory=list)  # canonical ids, when the source has them
+    domain: str = ""  # subject area of a synthetic database
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -62,11 +67,19 @@ class Dataset:
         return [e for e in self.examples if e.unusable is None]
 
 
+# format -> the splits its loader reads
+SPLITS: dict[str, tuple[str, ...]] = {
+    "spider": ("train", "dev"),
+    "bird": ("train", "dev"),
+    "synth": ("train", "dev", "test_ood"),
+    "synsql": ("train",),
+}
+
+
 def load_spider(root: str | Path, split: str = "dev") -> Dataset:
     root = _check_root(root)
+    _check_split("spider", split)
     files = {"dev": ["dev.json"], "train": ["train_spider.json", "train_others.json"]}
-    if split not in files:
-        raise ConfigError(f"Spider split must be one of {sorted(files)}, got {split!r}")
     records = []
     for name in files[split]:
         path = root / name
@@ -74,16 +87,13 @@ def load_spider(root: str | Path, split: str = "dev") -> Dataset:
             continue
         records.extend(_read_json_list(path))
     tables = load_tables_json(root / "tables.json")
-    examples = [
-        _example(i, r, root / "database", sql_key="query", evidence="") for i, r in enumerate(records)
-    ]
+    examples = [_example(i, r, root / "database", sql_key="query") for i, r in enumerate(records)]
     return Dataset(f"spider-{split}", examples, tables)
 
 
 def load_bird(root: str | Path, split: str = "dev") -> Dataset:
     root = _check_root(root)
-    if split not in ("dev", "train"):
-        raise ConfigError(f"BIRD split must be 'dev' or 'train', got {split!r}")
+    _check_split("bird", split)
     records = _read_json_list(root / f"{split}.json")
     tables = load_tables_json(root / f"{split}_tables.json")
     db_dir = root / f"{split}_databases"
@@ -93,23 +103,76 @@ def load_bird(root: str | Path, split: str = "dev") -> Dataset:
             r,
             db_dir,
             sql_key="SQL",
-            evidence=r.get("evidence", "") or "",
-            complexity=r.get("difficulty", "") or "",
+            evidence=r.get("evidence") or "",
+            complexity=r.get("difficulty") or "",
         )
         for i, r in enumerate(records)
     ]
     return Dataset(f"bird-{split}", examples, tables)
 
 
-LOADERS: dict[str, Callable[..., Dataset]] = {"spider": load_spider, "bird": load_bird}
+def load_synth(root: str | Path, split: str = "train") -> Dataset:
+    """A dataset written by the built-in generator (`acesql.data.synth.generate`)."""
+    root = _check_root(root)
+    _check_split("synth", split)
+    path = root / f"{split}.json"
+    records = _read_json_list(path)
+    tables = load_tables_json(root / "tables.json")
+    examples = [
+        _example(
+            i,
+            r,
+            root / "databases",
+            sql_key="sql",
+            evidence=r.get("evidence") or "",
+            complexity=r.get("complexity") or "",
+            gold_columns=_gold_columns(path, i, r),
+            domain=r.get("domain") or "",
+        )
+        for i, r in enumerate(records)
+    ]
+    return Dataset(f"synth-{split}", examples, tables)
+
+
+def load_synsql(root: str | Path, split: str = "train") -> Dataset:
+    """SynSQL-2.5M. Its complexity labels ("Highly Complex") are lower-cased to the generator's."""
+    root = _check_root(root)
+    _check_split("synsql", split)
+    records = _read_json_list(root / "data.json")
+    tables = load_tables_json(root / "tables.json")
+    examples = [
+        _example(
+            i,
+            r,
+            root / "databases",
+            sql_key="sql",
+            evidence=r.get("external_knowledge") or "",
+            complexity=(r.get("sql_complexity") or "").lower(),
+        )
+        for i, r in enumerate(records)
+    ]
+    return Dataset(f"synsql-{split}", examples, tables)
+
+
+LOADERS: dict[str, Callable[..., Dataset]] = {
+    "spider": load_spider,
+    "bird": load_bird,
+    "synth": load_synth,
+    "synsql": load_synsql,
+}
 
 
 def load_dataset(root: str | Path, fmt: str, split: str = "dev") -> Dataset:
-    """Load a dataset folder in format `fmt` ("spider" or "bird")."""
+    """Load a dataset folder in format `fmt` (a key of `LOADERS`)."""
     loader = LOADERS.get(fmt)
     if loader is None:
         raise ConfigError(f"unknown dataset format {fmt!r}; choose one of {sorted(LOADERS)}")
     return loader(root, split)
+
+
+def _check_split(fmt: str, split: str) -> None:
+    if split not in SPLITS[fmt]:
+        raise ConfigError(f"{fmt} has no split {split!r}; choose one of {list(SPLITS[fmt])}")
 
 
 def _check_root(root) -> Path:
@@ -131,11 +194,18 @@ def _read_json_list(path: Path) -> list[dict]:
     return data
 
 
-def _example(i, record, db_dir: Path, sql_key, evidence, complexity="") -> Example:
+def _example(i, record, db_dir: Path, sql_key: str, **fields) -> Example:
     try:
         db_id, question, sql = record["db_id"], record["question"], record[sql_key]
     except KeyError as exc:
         raise DataError(f"question #{i} lacks the field {exc}") from exc
     db_path = db_dir / db_id / f"{db_id}.sqlite"
     unusable = None if db_path.is_file() else "database missing"
-    return Example(i, db_id, question, sql, str(db_path), evidence, complexity, unusable)
+    return Example(i, db_id, question, sql, str(db_path), unusable=unusable, **fields)
+
+
+def _gold_columns(path: Path, i: int, record: dict) -> list[str]:
+    columns = record.get("gold_columns") or []
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        raise DataError(f"{path}: question #{i}: gold_columns must be a list of 'table.column'")
+    return columns

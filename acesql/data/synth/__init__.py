@@ -1,0 +1,1 @@
+"""The built-in SynSQL-style generator of databases, questions and gold SQL."""

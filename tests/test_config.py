@@ -1,0 +1,141 @@
+"""params.yaml: every section builds from the repository's file; bad files say what to fix."""
+
+from pathlib import Path
+from typing import get_args
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from acesql.config import DataSection, Params, load_params, load_section
+from acesql.data.loaders import LOADERS
+from acesql.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = ROOT / "params.yaml"
+
+
+def _models(model: type[BaseModel], prefix=""):
+    """Every section class reachable from `model`, with its dotted name."""
+    for name, field in model.model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            yield f"{prefix}{name}", field.annotation
+            yield from _models(field.annotation, f"{prefix}{name}.")
+
+
+@pytest.mark.parametrize("name", list(Params.model_fields))
+def test_every_section_builds_from_the_repository_params(name):
+    section = load_section(PARAMS, name)
+    assert section == getattr(load_params(PARAMS), name)
+
+
+def test_the_repository_params_spell_out_every_field():
+    raw = yaml.safe_load(PARAMS.read_text())
+    for where, model in _models(Params):
+        node = raw
+        for part in where.split("."):
+            node = node[part]
+        assert set(node) == set(model.model_fields), where
+
+
+SECTIONS = [("params", Params), *_models(Params)]
+
+
+@pytest.mark.parametrize("where,model", SECTIONS, ids=[where for where, _ in SECTIONS])
+def test_every_field_is_described(where, model):
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        nested = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+        assert field.description or nested, f"{where}.{name} has no description"
+
+
+def test_sources_are_the_loader_formats():
+    assert set(get_args(DataSection.model_fields["source"].annotation)) == set(LOADERS)
+
+
+def test_round_trip(tmp_path):
+    params = load_params(PARAMS)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params.model_dump(mode="json")))
+    assert load_params(path) == params
+
+
+def test_absent_sections_take_defaults(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("data:\n  synth: {profile: tiny}\n")
+    params = load_params(path)
+    assert params.base.tracking_uri == "sqlite:///mlflow.db"
+    assert params.data.synth.profile == "tiny" and params.data.synth.n_databases == 50
+
+
+BAD = [
+    ("base: {seed: x}", r"base\.seed: Input should be a valid integer.*\(got 'x'\)"),
+    ("base: {sed: 1}", r"base\.sed: unknown key; expected one of \['seed', "),
+    ("sft: {lr: 1}", r"sft: unknown key; expected one of \['base', 'data'\]"),
+    ("data: {source: csv}", r"data\.source: Input should be 'synth', 'spider', 'bird' or"),
+    ("data: {synth: {n_databases: 0}}", r"data\.synth\.n_databases: .*greater than or equal to 1"),
+    (
+        "data: {synth: {dev_fraction: 1.5}}",
+        r"data\.synth\.dev_fraction: .*less than 1 \(got 1\.5\)",
+    ),
+    ("data: {synth: {profile: huge}}", r"data\.synth\.profile: .*'tiny', 'default' or 'large'"),
+    ("data: {filtering: {max_per_db: -2}}", r"data\.filtering\.max_per_db: .*\(got -2\)"),
+    ("data: {filtering: {complexities: simple}}", r"data\.filtering\.complexities: .*list"),
+    ("data: {source: spider}", r"data\.path: required when source is spider"),
+    (
+        "data: {source: bird, path: x}",
+        r"data\.splits\.test_ood: bird has no such split; use one of \['train', 'dev'\] or null",
+    ),
+    (
+        "data: {source: synsql, path: x, splits: {dev: null, test_ood: null, extra: 1}}",
+        r"data\.splits\.extra: unknown key",
+    ),
+    ("data: [1, 2]", r"data: Input should be a valid dictionary"),
+]
+
+
+@pytest.mark.parametrize("text,message", BAD, ids=[t for t, _ in BAD])
+def test_bad_params_name_the_field(tmp_path, text, message):
+    path = tmp_path / "params.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError, match=message) as info:
+        load_params(path)
+    assert str(path) in str(info.value)
+
+
+def test_several_problems_are_all_reported(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("base: {seed: x}\ndata: {synth: {n_databases: 0, typo: 1}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_params(path)
+    assert [line.split(":")[0].strip() for line in str(info.value).splitlines()[1:]] == [
+        "base.seed",
+        "data.synth.n_databases",
+        "data.synth.typo",
+    ]
+
+
+def test_a_section_is_checked_alone(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("base: {seed: 3}\ndata: {synth: {n_databases: 0}}\n")
+    assert load_section(path, "base").seed == 3
+    with pytest.raises(ConfigError, match=r"data\.synth\.n_databases"):
+        load_section(path, "data")
+    with pytest.raises(ConfigError, match=r"unknown params section 'grpo'"):
+        load_section(path, "grpo")
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (None, "params file not found"),
+        ("data: {source: [", "is not valid YAML"),
+        ("- base\n- data\n", "must map section names to sections, got list"),
+    ],
+)
+def test_unreadable_files(tmp_path, text, message):
+    path = tmp_path / "params.yaml"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_params(path)

@@ -1,0 +1,94 @@
+"""Loaders of the generator's layout and of SynSQL-2.5M, built from the sample databases."""
+
+import json
+import shutil
+
+import pytest
+
+from acesql.data.loaders import LOADERS, SPLITS, load_dataset, load_synsql, load_synth
+from acesql.errors import ConfigError, DataError
+
+
+def test_every_format_is_registered_with_its_splits():
+    assert set(LOADERS) == set(SPLITS) == {"spider", "bird", "synth", "synsql"}
+
+
+@pytest.mark.parametrize("split", SPLITS["synth"])
+def test_load_synth(synth_dir, split):
+    data = load_synth(synth_dir, split)
+    assert data.name == f"synth-{split}" and data.examples
+    assert any(e.gold_columns for e in data.examples)
+    for example in data.examples:
+        assert example.unusable is None and example.complexity and example.domain
+        assert all("." in c for c in example.gold_columns)  # COUNT(*) alone has none
+        assert example.db_path == str(
+            synth_dir / "databases" / example.db_id / f"{example.db_id}.sqlite"
+        )
+        schema = data.schema(example.db_id, n_samples=0)  # from tables.json
+        assert set(example.gold_columns) <= set(schema.column_ids)
+
+
+def test_synth_through_the_registry(synth_dir):
+    assert load_dataset(synth_dir, "synth", "train").examples == load_synth(synth_dir).examples
+
+
+def test_synth_missing_database_and_bad_records(synth_dir, tmp_path):
+    root = tmp_path / "synth"
+    shutil.copytree(synth_dir, root)
+    train = load_synth(root, "train").examples
+    for db_id in {e.db_id for e in train}:
+        shutil.rmtree(root / "databases" / db_id)
+    assert {e.unusable for e in load_synth(root, "train").examples} == {"database missing"}
+    records = json.loads((root / "dev.json").read_text())
+    records[0]["gold_columns"] = "t.c"
+    (root / "dev.json").write_text(json.dumps(records))
+    with pytest.raises(DataError, match=r"dev.json: question #0: gold_columns must be a list"):
+        load_synth(root, "dev")
+    records[0]["gold_columns"] = []
+    del records[0]["sql"]
+    (root / "dev.json").write_text(json.dumps(records))
+    with pytest.raises(DataError, match="question #0 lacks the field 'sql'"):
+        load_synth(root, "dev")
+    with pytest.raises(ConfigError, match=r"synth has no split 'test'"):
+        load_synth(root, "test")
+
+
+@pytest.fixture
+def synsql_dir(sample_dir, tmp_path):
+    """The sample dataset in SynSQL-2.5M's layout and field names."""
+    root = tmp_path / "synsql"
+    shutil.copytree(sample_dir / "database", root / "databases")
+    shutil.copy(sample_dir / "tables.json", root / "tables.json")
+    levels = ["Simple", "Moderate", "Complex", "Highly Complex"]
+    records = [
+        {
+            "db_id": q["db_id"],
+            "question": q["question"],
+            "sql": q["query"],
+            "sql_complexity": levels[i % 4],
+            "question_style": "Formal",
+            "external_knowledge": "GPA is the grade point average." if i == 0 else "",
+            "cot": "...",
+        }
+        for i, q in enumerate(json.loads((sample_dir / "dev.json").read_text()))
+    ]
+    (root / "data.json").write_text(json.dumps(records))
+    return root
+
+
+def test_load_synsql(synsql_dir):
+    data = load_dataset(synsql_dir, "synsql", "train")
+    assert data.name == "synsql-train" and len(data.usable) == 14
+    assert [e.complexity for e in data.examples[:4]] == [
+        "simple",
+        "moderate",
+        "complex",
+        "highly complex",
+    ]
+    assert data.examples[0].evidence == "GPA is the grade point average."
+    assert data.schema("shop", n_samples=0).table("orders")
+    with pytest.raises(ConfigError, match="synsql has no split 'dev'"):
+        load_synsql(synsql_dir, "dev")
+    (synsql_dir / "data.json").unlink()
+    with pytest.raises(DataError, match="questions file not found"):
+        load_synsql(synsql_dir)

@@ -1,0 +1,171 @@
+"""The pipeline as a user runs it: `dvc repro` in a fresh clone, and the Prefect flow around it.
+
+The clone is made from the working tree as git would commit it (tracked files plus untracked
+ones that are not ignored), so these tests check what a fresh checkout would do, uncommitted
+changes included. Its params.yaml is shrunk to a tiny synthetic dataset.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+import zc.lockfile
+
+ROOT = Path(__file__).resolve().parents[1]
+GIT_USER = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
+TINY = {"profile": "tiny", "n_databases": 4, "questions_per_db": 3}
+
+
+def _git(*args, cwd):
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
+
+
+def _dvc(*args, cwd):
+    """`dvc ARGS` as a user with the project's environment activated runs it."""
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"]}
+    return subprocess.run(
+        [sys.executable, "-m", "dvc", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory) -> Path:
+    snapshot = tmp_path_factory.mktemp("snapshot")
+    files = _git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=ROOT).stdout
+    for name in filter(None, files.split("\0")):
+        source = ROOT / name
+        if source.is_file():  # a tracked file deleted in the working tree is not copied
+            (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
+            (snapshot / name).write_bytes(source.read_bytes())
+    _git("init", "-q", cwd=snapshot)
+    _git("add", "-A", cwd=snapshot)
+    _git(*GIT_USER, "commit", "-qm", "snapshot", cwd=snapshot)
+    target = tmp_path_factory.mktemp("clone") / "acesql"
+    _git("clone", "-q", str(snapshot), str(target), cwd=snapshot)
+    params = yaml.safe_load((target / "params.yaml").read_text())
+    params["data"]["synth"].update(TINY)
+    (target / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return target
+
+
+@pytest.fixture
+def bad_params(clone):
+    """Params the data stage refuses, restored afterwards."""
+    path = clone / "params.yaml"
+    good = path.read_text()
+    params = yaml.safe_load(good)
+    params["data"]["source"] = "bird"
+    path.write_text(yaml.safe_dump(params))
+    yield
+    path.write_text(good)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """The commands the flow's tasks start (each still runs for real)."""
+    import flows.pipeline
+
+    started = []
+    real = subprocess.Popen
+
+    def popen(command, *args, **kwargs):
+        started.append(list(command))
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(flows.pipeline.subprocess, "Popen", popen)
+    return started
+
+
+def test_dvc_repro_in_a_fresh_clone(clone):
+    first = _dvc("repro", cwd=clone)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "Running stage 'data'" in first.stdout
+    for name in ("train", "dev", "test_ood"):
+        assert (clone / "data" / "prepared" / f"{name}.jsonl").stat().st_size > 0
+    assert (clone / "data" / "metrics.json").is_file()
+    # what git sees: the lock, the metrics and DVC's own ignore file; no caches, stores or data
+    status = _git("status", "--porcelain", "--untracked-files=all", cwd=clone).stdout.split("\n")
+    assert sorted(filter(None, status)) == [
+        " M params.yaml",
+        "?? data/.gitignore",
+        "?? data/metrics.json",
+        "?? dvc.lock",
+    ]
+    again = _dvc("repro", cwd=clone)
+    assert again.returncode == 0, again.stderr
+    assert "Stage 'data' didn't change, skipping" in again.stdout
+    assert "Running stage" not in again.stdout
+
+
+def test_the_flow_runs_the_stage(clone, prefect_harness, monkeypatch, calls):
+    from flows.pipeline import pipeline
+
+    monkeypatch.chdir(clone)
+    metrics = clone / "data" / "metrics.json"
+    _dvc("repro", cwd=clone)  # up to date, whichever tests ran before
+    calls.clear()
+    before = metrics.stat().st_mtime_ns
+    assert pipeline(return_state=True).is_completed()
+    assert metrics.stat().st_mtime_ns == before  # nothing changed: DVC skipped the stage
+    assert pipeline(["data"], force=True, return_state=True).is_completed()
+    assert metrics.stat().st_mtime_ns > before
+    assert [c[-1] for c in calls] == ["data", "data"]
+    assert "--force" in calls[1]
+
+
+def test_a_failed_stage_fails_the_flow_once(clone, prefect_harness, monkeypatch, calls, bad_params):
+    from flows.pipeline import StageFailed, pipeline
+
+    monkeypatch.chdir(clone)
+    state = pipeline(["data"], return_state=True)
+    assert state.is_failed()
+    error = state.result(raise_on_failure=False)
+    assert isinstance(error, StageFailed)
+    assert "data.path: required when source is bird" in str(error)
+    assert len(calls) == 1  # a failed stage command is not retried
+
+
+def test_a_busy_dvc_lock_is_retried(clone, prefect_harness, monkeypatch, calls):
+    import flows.pipeline
+
+    monkeypatch.chdir(clone)
+    monkeypatch.setattr(
+        flows.pipeline, "repro", flows.pipeline.repro.with_options(retries=1, retry_delay_seconds=0)
+    )
+    (clone / ".dvc" / "tmp").mkdir(exist_ok=True)
+    lock = zc.lockfile.LockFile(str(clone / ".dvc" / "tmp" / "lock"))
+    try:
+        state = flows.pipeline.pipeline(["data"], return_state=True)
+    finally:
+        lock.close()
+    assert isinstance(state.result(raise_on_failure=False), flows.pipeline.DvcBusy)
+    assert len(calls) == 2
+
+
+def test_unknown_stages_are_refused_before_anything_runs(prefect_harness, calls):
+    from flows.pipeline import pipeline
+
+    with pytest.raises(ValueError, match=r"unknown stages \['sft'\]"):
+        pipeline(["data", "sft"])
+    assert calls == []
+
+
+@pytest.mark.slow
+def test_python_m_flows_pipeline_uses_a_temporary_api(clone):
+    """No harness: the flow starts (and stops) Prefect's temporary local server itself."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.pipeline", "--stages", "data"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Starting temporary server" in proc.stdout + proc.stderr
+    assert "Finished in state Completed()" in proc.stdout + proc.stderr
