@@ -218,6 +218,90 @@ def evaluate_sql(dataset, fmt, split, predictions, mode, workers, timeout_s, out
     _print(summary)
 
 
+DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql": "multiset"}
+
+
+@cli.command("eval")
+@click.option("--model", required=True, help="Model folder (or models/base with its redirect).")
+@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(sorted(DEFAULT_MODE)), required=True)
+@click.option("--split", default="dev", show_default=True)
+@click.option("--limit", type=int, default=None, help="Questions, spread over databases.")
+@click.option("--mode", type=MODES, default=None, help="Match mode [by format].")
+@click.option(
+    "--retriever-samples",
+    default=1,
+    show_default=True,
+    help="1: greedy retriever; n: n samples voted.",
+)
+@click.option("--reasoning/--no-reasoning", default=False, show_default=True)
+@click.option("--sample-values", default=0, show_default=True, help="Per column in schemas.")
+@click.option(
+    "--engine",
+    type=click.Choice(["transformers", "vllm"]),
+    default="transformers",
+    show_default=True,
+)
+@click.option("--batch-size", default=8, show_default=True)
+@click.option("--max-new-tokens", default=256, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), help="Write metrics.json and rows.jsonl.")
+def evaluate_model(
+    model,
+    dataset,
+    fmt,
+    split,
+    limit,
+    mode,
+    retriever_samples,
+    reasoning,
+    sample_values,
+    engine,
+    batch_size,
+    max_new_tokens,
+    seed,
+    out,
+):
+    """Greedy pipeline EX and generator ability of MODEL on a dataset split; print metrics."""
+    from acesql.data.filtering import filter_examples
+    from acesql.data.loaders import load_dataset
+    from acesql.eval.pipeline import evaluate_examples
+    from acesql.models.base_model import load_tokenizer
+    from acesql.models.engine import load_engine
+    from acesql.models.prompts import PromptBuilder
+    from acesql.sql.executor import BatchExecutor
+
+    examples = load_dataset(dataset, fmt, split).examples
+    examples = filter_examples(examples, max_examples=limit, seed=seed)
+    prompts = PromptBuilder(load_tokenizer(model), reasoning, sample_values)
+    rollout = load_engine(engine, model, batch_size=batch_size)
+    start = time.monotonic()
+    with BatchExecutor() as executor:
+        summary, rows = evaluate_examples(
+            examples,
+            rollout,
+            prompts,
+            executor,
+            mode=mode or DEFAULT_MODE[fmt],
+            retriever_samples=retriever_samples,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+        )
+    rollout.close()
+    summary = {
+        "model": model,
+        "dataset": dataset,
+        "split": split,
+        **summary,
+        "seconds": round(time.monotonic() - start, 1),
+    }
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "metrics.json").write_text(json.dumps(summary, indent=2))
+        _write_jsonl(Path(out) / "rows.jsonl", rows)
+    _print(summary)
+
+
 @cli.command("run")
 @click.option(
     "--spider",

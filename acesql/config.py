@@ -199,7 +199,9 @@ class SftDataSection(Section):
     generator_samples: int = Field(4, ge=1, description="Generator samples per pruned schema.")
     vote_threshold: float = Field(0.5, gt=0, le=1, description="Share of votes a column needs.")
     balance: bool = Field(True, description="Keep as many retriever as generator samples.")
-    generation: GenerationSection = Field(default_factory=GenerationSection)
+    generation: GenerationSection = Field(
+        default_factory=GenerationSection, description="Sampling of the distillation rollouts."
+    )
 
 
 class SftSection(Section):
@@ -211,7 +213,7 @@ class SftSection(Section):
     )
     learning_rate: float = Field(5e-5, gt=0, description="Peak AdamW learning rate.")
     warmup_ratio: float = Field(0.05, ge=0, lt=1, description="Share of steps warming up.")
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     batch_size: int = Field(4, ge=1, description="Sequences per micro-batch.")
     grad_accum: int = Field(2, ge=1, description="Micro-batches per optimizer step.")
     max_length: int = Field(2048, ge=64, description="Longer sequences are dropped.")
@@ -234,13 +236,14 @@ class EvaluateSection(Section):
     retriever_samples: int = Field(
         1, ge=1, description="1: greedy retriever; n > 1: n samples at temperature 1, voted."
     )
-    vote_threshold: float = Field(0.5, gt=0, le=1)
+    vote_threshold: float = Field(0.5, gt=0, le=1, description="Share of votes a column needs.")
     timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout.")
     mode: Literal["multiset", "bird", "spider"] = Field(
         "multiset", description="Execution match mode (multiset for synthetic data)."
     )
     generation: GenerationSection = Field(
-        default_factory=lambda: GenerationSection(temperature=0.0)
+        default_factory=lambda: GenerationSection(temperature=0.0),
+        description="Decoding settings (the roles decode greedily; temperature is ignored).",
     )
 
 

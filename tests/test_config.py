@@ -71,7 +71,7 @@ def test_absent_sections_take_defaults(tmp_path):
 BAD = [
     ("base: {seed: x}", r"base\.seed: Input should be a valid integer.*\(got 'x'\)"),
     ("base: {sed: 1}", r"base\.sed: unknown key; expected one of \['seed', "),
-    ("sft: {lr: 1}", r"sft: unknown key; expected one of \['base', 'data'\]"),
+    ("gpro: {lr: 1}", r"gpro: unknown key; expected one of \['base', 'data', 'base_model'"),
     ("data: {source: csv}", r"data\.source: Input should be 'synth', 'spider', 'bird' or"),
     ("data: {synth: {n_databases: 0}}", r"data\.synth\.n_databases: .*greater than or equal to 1"),
     (

@@ -209,3 +209,20 @@ def _gold_columns(path: Path, i: int, record: dict) -> list[str]:
     if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
         raise DataError(f"{path}: question #{i}: gold_columns must be a list of 'table.column'")
     return columns
+
+
+def read_prepared(path: str | Path) -> list[Example]:
+    """The examples of a prepared split (`data/prepared/<split>.jsonl`, written by the data stage)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"prepared split not found: {path} (run the data stage: dvc repro data)")
+    examples = []
+    with path.open() as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                examples.append(Example(**json.loads(line)))
+            except (json.JSONDecodeError, TypeError) as exc:
+                raise DataError(f"{path}:{lineno}: not an example record ({exc})") from exc
+    return examples

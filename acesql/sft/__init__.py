@@ -1,0 +1,1 @@
+"""Supervised cold start: SFT targets for both roles, and the mixed SFT trainer."""

@@ -1,0 +1,214 @@
+"""SFT targets for both roles: gold bootstrap, or the paper's paired self-distillation.
+
+gold: the retriever's target is the gold SQL's column set, the generator's the gold SQL on
+      the schema pruned to that set. For a base model too weak to distil from (the CPU default).
+
+self_distill (ACE-SQL section 3, SFT cold start):
+  1. the retriever samples n column lists per question; columns named by at least
+     `vote_threshold` of the parseable samples form the pruned schema;
+  2. the generator samples m SQLs on that pruned schema; those whose execution matches the
+     gold are kept as generator targets;
+  3. a retriever sample is kept when it supports a kept SQL (its columns cover the SQL's);
+  4. the two roles are balanced (the larger one is subsampled).
+
+Every record: {"role", "prompt", "response", "db_id", "question", "complexity", "index"};
+`prompt` is already chat-formatted. Statistics count what was kept and dropped, and why.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from acesql.data.loaders import Example
+from acesql.errors import SqlParseError
+from acesql.models.prompts import PromptBuilder
+from acesql.sql.columns import extract_columns
+from acesql.sql.executor import BatchExecutor
+from acesql.sql.parsing import parse_columns, parse_sql
+from acesql.sql.schema import Schema
+from acesql.sql.voting import vote_columns
+
+
+@dataclass
+class SftStats:
+    kept: Counter = field(default_factory=Counter)  # (role, complexity) -> n
+    dropped: Counter = field(default_factory=Counter)  # (role, reason) -> n
+
+    def to_dict(self) -> dict:
+        out: dict = {"kept": defaultdict(dict), "dropped": defaultdict(dict)}
+        for (role, level), n in sorted(self.kept.items()):
+            out["kept"][role][level or "unlabelled"] = n
+        for (role, reason), n in sorted(self.dropped.items()):
+            out["dropped"][role][reason] = n
+        for role in ("retriever", "generator"):
+            out[f"n_{role}"] = sum(n for (r, _), n in self.kept.items() if r == role)
+        return {k: dict(v) if isinstance(v, defaultdict) else v for k, v in out.items()}
+
+
+class SchemaCache:
+    """Schemas of the examples' databases, read once each."""
+
+    def __init__(self, sample_values: int):
+        self.sample_values = sample_values
+        self._schemas: dict[str, Schema] = {}
+
+    def __call__(self, example: Example) -> Schema:
+        if example.db_path not in self._schemas:
+            self._schemas[example.db_path] = Schema.from_sqlite(
+                example.db_path, example.db_id, n_samples=self.sample_values
+            )
+        return self._schemas[example.db_path]
+
+
+def gold_columns(example: Example, schema: Schema) -> frozenset[str]:
+    if example.gold_columns:
+        return frozenset(example.gold_columns)
+    return extract_columns(example.sql, schema)
+
+
+def _record(role, prompt, response, example) -> dict:
+    return {
+        "role": role,
+        "prompt": prompt,
+        "response": response,
+        "db_id": example.db_id,
+        "question": example.question,
+        "complexity": example.complexity,
+        "index": example.index,
+    }
+
+
+def _fits(prompts: PromptBuilder, prompt: str, max_prompt_tokens: int) -> bool:
+    return len(prompts.tokenizer(prompt, add_special_tokens=False).input_ids) <= max_prompt_tokens
+
+
+def build_gold(
+    examples: list[Example], prompts: PromptBuilder, schemas: SchemaCache, max_prompt_tokens: int
+) -> tuple[list[dict], SftStats]:
+    """Both roles' targets from the gold SQL and its column set."""
+    stats, records = SftStats(), []
+    for ex in examples:
+        schema = schemas(ex)
+        try:
+            columns = gold_columns(ex, schema)
+        except SqlParseError:
+            stats.dropped[("both", "gold_unparseable")] += 1
+            continue
+        pairs = [
+            (
+                "retriever",
+                prompts.retriever(schema, ex.question, ex.evidence),
+                prompts.retriever_target(schema, columns),
+            ),
+            (
+                "generator",
+                prompts.generator(schema, columns, ex.question, ex.evidence),
+                prompts.generator_target(ex.sql),
+            ),
+        ]
+        for role, prompt, response in pairs:
+            if not _fits(prompts, prompt, max_prompt_tokens):
+                stats.dropped[(role, "prompt_too_long")] += 1
+                continue
+            records.append(_record(role, prompt, response, ex))
+            stats.kept[(role, ex.complexity)] += 1
+    return records, stats
+
+
+def build_self_distilled(
+    examples: list[Example],
+    prompts: PromptBuilder,
+    schemas: SchemaCache,
+    engine,
+    executor: BatchExecutor,
+    *,
+    retriever_samples: int,
+    generator_samples: int,
+    vote_threshold: float,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    max_prompt_tokens: int,
+    match_mode: str = "multiset",
+    balance: bool = True,
+    seed: int = 0,
+) -> tuple[list[dict], SftStats]:
+    """Paired self-distillation with execution filtering; see the module doc."""
+    stats = SftStats()
+    usable = []
+    for ex in examples:
+        prompt = prompts.retriever(schemas(ex), ex.question, ex.evidence)
+        if _fits(prompts, prompt, max_prompt_tokens):
+            usable.append((ex, prompt))
+        else:
+            stats.dropped[("both", "prompt_too_long")] += 1
+    sampling = dict(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    retrieved = engine.generate([p for _, p in usable], n=retriever_samples, seed=seed, **sampling)
+    gen_prompts, voted = [], []
+    for (ex, _), outputs in zip(usable, retrieved):
+        schema = schemas(ex)
+        parsed = [parse_columns(o.text, schema) for o in outputs]
+        columns, _ = vote_columns(
+            [p.columns if p.ok else None for p in parsed], schema, vote_threshold
+        )
+        voted.append(parsed)
+        gen_prompts.append(prompts.generator(schema, columns, ex.question, ex.evidence))
+    generated = engine.generate(gen_prompts, n=generator_samples, seed=seed + 1, **sampling)
+
+    checks = []
+    for (ex, _), outputs in zip(usable, generated):
+        for o in outputs:
+            checks.append((ex.db_path, parse_sql(o.text) or "", ex.sql))
+    verdicts = iter(executor.match_many(checks, match_mode))
+
+    retriever_records, generator_records = [], []
+    for (ex, r_prompt), parsed, g_prompt, r_outputs, g_outputs in zip(
+        usable, voted, gen_prompts, retrieved, generated
+    ):
+        schema = schemas(ex)
+        matched_sets, seen = [], set()
+        for o in g_outputs:
+            verdict = next(verdicts)
+            if not verdict.match.match:
+                reason = verdict.match.reason if verdict.match.usable else "gold_unusable"
+                stats.dropped[("generator", reason)] += 1
+                continue
+            sql = parse_sql(o.text)
+            try:
+                matched_sets.append(extract_columns(sql, schema))
+            except SqlParseError:
+                matched_sets.append(frozenset())
+            if o.text in seen:
+                stats.dropped[("generator", "duplicate")] += 1
+                continue
+            seen.add(o.text)
+            generator_records.append(_record("generator", g_prompt, o.text.strip(), ex))
+        seen = set()
+        for p, o in zip(parsed, r_outputs):
+            if not p.ok:
+                stats.dropped[("retriever", "unparseable")] += 1
+            elif not any(s <= set(p.columns) for s in matched_sets):
+                stats.dropped[("retriever", "supports_no_matched_sql")] += 1
+            elif o.text in seen:
+                stats.dropped[("retriever", "duplicate")] += 1
+            else:
+                seen.add(o.text)
+                retriever_records.append(_record("retriever", r_prompt, o.text.strip(), ex))
+    if balance:
+        retriever_records, generator_records = _balance(
+            retriever_records, generator_records, random.Random(seed), stats
+        )
+    for rec in retriever_records + generator_records:
+        stats.kept[(rec["role"], rec["complexity"])] += 1
+    return retriever_records + generator_records, stats
+
+
+def _balance(a: list, b: list, rng: random.Random, stats: SftStats) -> tuple[list, list]:
+    n = min(len(a), len(b))
+    for records in (a, b):
+        if len(records) > n:
+            stats.dropped[(records[0]["role"], "balance")] += len(records) - n
+    keep = lambda records: sorted(rng.sample(range(len(records)), n))  # noqa: E731
+    return [a[i] for i in keep(a)], [b[i] for i in keep(b)]

@@ -1,0 +1,43 @@
+"""What the stage entry points share: params loading, a tracked run, errors as exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from acesql.config import load_section
+from acesql.errors import AcesqlError
+from acesql.tracking import make_tracker
+
+
+def run_stage(name: str, doc: str, sections: tuple[str, ...], work: Callable, argv=None) -> None:
+    """Parse `--params`, load `sections`, open a tracked run named `name`, call `work`.
+
+    `work(sections: dict, tracker) -> dict` returns the stage's metrics, printed as JSON.
+    Configuration and data errors print one `error:` line and exit with status 2.
+    """
+    parser = argparse.ArgumentParser(
+        prog=f"python -m acesql.stages.{name}",
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--params", default="params.yaml", help="params file [params.yaml]")
+    args = parser.parse_args(argv)
+    try:
+        loaded = {s: load_section(args.params, s) for s in sections}
+        tracker = make_tracker(loaded["base"])
+        params = {s: section.model_dump(mode="json") for s, section in loaded.items()}
+        with tracker.start_run(name, params, tags={"stage": name}):
+            metrics = work(loaded, tracker)
+    except AcesqlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    print(json.dumps(metrics, default=str)[:2000])
+
+
+def write_metrics(path: Path, metrics: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(metrics, indent=2, default=str) + "\n")

@@ -1,0 +1,43 @@
+"""The `sft` stage: mixed SFT of both roles from the base model.
+
+    python -m acesql.stages.sft [--params params.yaml]
+    accelerate launch --config_file infra/accelerate/multi_gpu.yaml -m acesql.stages.sft
+
+Reads `base` and `sft`; `{models_dir}/base` and `{data_dir}/sft/*.jsonl`. Writes the model
+to `{models_dir}/sft` (checkpoints under `checkpoints/`, resumed after a kill) and
+`{models_dir}/sft_metrics.json`; the loss curve goes to MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+
+from acesql.errors import DataError
+from acesql.sft.trainer import SftRunConfig, train_sft
+from acesql.stages.common import run_stage, write_metrics
+
+
+def work(s: dict, tracker) -> dict:
+    base, cfg = s["base"], s["sft"]
+    records = []
+    for role in ("retriever", "generator"):
+        path = base.data_dir / "sft" / f"{role}.jsonl"
+        if not path.is_file():
+            raise DataError(f"{path} not found: run the sft_data stage first (dvc repro sft_data)")
+        records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not records:
+        raise DataError("the SFT data is empty: see data/sft_metrics.json for what was dropped")
+    run = SftRunConfig(seed=base.seed, **cfg.model_dump())
+    summary = train_sft(base.models_dir / "base", records, base.models_dir / "sft", run, tracker)
+    metrics = {k: v for k, v in summary.items() if k != "losses"}
+    write_metrics(base.models_dir / "sft_metrics.json", metrics)
+    tracker.log_metrics({f"sft/{k}": v for k, v in metrics.items() if isinstance(v, int | float)})
+    return metrics
+
+
+def main(argv=None) -> None:
+    run_stage("sft", __doc__, ("base", "sft"), work, argv)
+
+
+if __name__ == "__main__":
+    main()

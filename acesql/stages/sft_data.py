@@ -1,0 +1,77 @@
+"""The `sft_data` stage: both roles' supervised targets, from the base model or the gold SQL.
+
+    python -m acesql.stages.sft_data [--params params.yaml]
+
+Reads `base`, `base_model`, `prompt` and `sft_data`; the base model in `{models_dir}/base`
+and `{data_dir}/prepared/train.jsonl`. Writes `{data_dir}/sft/retriever.jsonl`,
+`{data_dir}/sft/generator.jsonl` and `{data_dir}/sft_metrics.json` (kept and dropped, and
+why, per role and complexity), also logged to MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+
+from acesql.data.filtering import filter_examples
+from acesql.data.loaders import read_prepared
+from acesql.models.base_model import load_tokenizer
+from acesql.models.prompts import PromptBuilder
+from acesql.sft.data import SchemaCache, build_gold, build_self_distilled
+from acesql.stages.common import run_stage, write_metrics
+from acesql.tracking import flatten
+
+
+def work(s: dict, tracker) -> dict:
+    base, cfg = s["base"], s["sft_data"]
+    model_dir = base.models_dir / "base"
+    examples = read_prepared(base.data_dir / "prepared" / "train.jsonl")
+    examples = filter_examples(examples, max_examples=cfg.max_examples, seed=base.seed)
+    prompts = PromptBuilder(
+        load_tokenizer(model_dir), s["base_model"].reasoning, s["prompt"].sample_values
+    )
+    schemas = SchemaCache(s["prompt"].sample_values)
+    if cfg.mode == "gold":
+        records, stats = build_gold(examples, prompts, schemas, s["prompt"].max_prompt_tokens)
+    else:
+        from acesql.models.engine import load_engine
+        from acesql.sql.executor import BatchExecutor
+
+        gen = cfg.generation
+        engine = load_engine(gen.engine, model_dir, batch_size=gen.batch_size)
+        with BatchExecutor() as executor:
+            records, stats = build_self_distilled(
+                examples,
+                prompts,
+                schemas,
+                engine,
+                executor,
+                retriever_samples=cfg.retriever_samples,
+                generator_samples=cfg.generator_samples,
+                vote_threshold=cfg.vote_threshold,
+                temperature=gen.temperature,
+                top_p=gen.top_p,
+                max_new_tokens=gen.max_new_tokens,
+                max_prompt_tokens=s["prompt"].max_prompt_tokens,
+                balance=cfg.balance,
+                seed=base.seed,
+            )
+        engine.close()
+    out = base.data_dir / "sft"
+    out.mkdir(parents=True, exist_ok=True)
+    for role in ("retriever", "generator"):
+        with (out / f"{role}.jsonl").open("w") as fh:
+            for rec in records:
+                if rec["role"] == role:
+                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    metrics = {"mode": cfg.mode, "source_examples": len(examples), **stats.to_dict()}
+    write_metrics(base.data_dir / "sft_metrics.json", metrics)
+    tracker.log_metrics({k: v for k, v in flatten(metrics).items() if isinstance(v, int)})
+    return metrics
+
+
+def main(argv=None) -> None:
+    run_stage("sft_data", __doc__, ("base", "base_model", "prompt", "sft_data"), work, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""SFT targets (gold and self-distilled), the mixed SFT trainer, and its resume after a kill."""
+
+import json
+
+import pytest
+
+from acesql.data.loaders import load_dataset
+from acesql.models.prompts import PromptBuilder
+from acesql.sft.data import SchemaCache, build_gold, build_self_distilled
+from acesql.sft.trainer import IGNORE, SftRunConfig, tokenize_records, train_sft
+from acesql.sql.executor import BatchExecutor
+from acesql.sql.parsing import parse_columns, parse_sql
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny_model_dir):
+    from acesql.models.base_model import load_tokenizer
+
+    return PromptBuilder(load_tokenizer(tiny_model_dir), reasoning=False, sample_values=0)
+
+
+@pytest.fixture(scope="module")
+def examples(synth_dir):
+    return load_dataset(synth_dir, "synth", "train").examples[:6]
+
+
+def test_gold_targets_parse_back(examples, prompts):
+    records, stats = build_gold(examples, prompts, SchemaCache(0), max_prompt_tokens=100_000)
+    assert len(records) == 2 * len(examples)
+    schemas = SchemaCache(0)
+    for ex in examples:
+        ret = next(r for r in records if r["role"] == "retriever" and r["index"] == ex.index)
+        gen = next(r for r in records if r["role"] == "generator" and r["index"] == ex.index)
+        parsed = parse_columns(ret["response"], schemas(ex))
+        assert parsed.ok and not parsed.unknown
+        assert sorted(parsed.columns) == sorted(ex.gold_columns)
+        assert parse_sql(gen["response"]) == ex.sql.rstrip(";")
+        assert ret["prompt"].endswith("<|im_start|>assistant\n")
+    assert stats.to_dict()["n_retriever"] == stats.to_dict()["n_generator"] == len(examples)
+
+
+def test_long_prompts_are_dropped_and_counted(examples, prompts):
+    records, stats = build_gold(examples, prompts, SchemaCache(0), max_prompt_tokens=10)
+    assert records == []
+    assert stats.to_dict()["dropped"]["retriever"]["prompt_too_long"] == len(examples)
+
+
+class ScriptedEngine:
+    """Answers each prompt with fixed text: gold columns/SQL for half the samples."""
+
+    def __init__(self, examples, prompts):
+        self.by_question = {e.question: e for e in examples}
+        self.prompts = prompts
+
+    def generate(self, prompts, n=1, **kw):
+        from acesql.models.engine import Completion
+
+        out = []
+        for p in prompts:
+            ex = next(e for q, e in self.by_question.items() if q in p)
+            if "schema linking" in p:
+                good = "```\n[" + ", ".join(ex.gold_columns) + "]\n```"
+                texts = [good if i % 2 == 0 else "no idea" for i in range(n)]
+            else:
+                texts = [
+                    f"```sql\n{ex.sql}\n```" if i == 0 else "```sql\nSELECT 1\n```"
+                    for i in range(n)
+                ]
+            out.append([Completion(t, [1, 2], [-0.1, -0.2], "stop") for t in texts])
+        return out
+
+
+def test_self_distillation_keeps_supported_samples(examples, prompts):
+    engine = ScriptedEngine(examples, prompts)
+    with BatchExecutor(workers=0) as executor:
+        records, stats = build_self_distilled(
+            examples,
+            prompts,
+            SchemaCache(0),
+            engine,
+            executor,
+            retriever_samples=4,
+            generator_samples=3,
+            vote_threshold=0.5,
+            temperature=1.0,
+            top_p=1.0,
+            max_new_tokens=64,
+            max_prompt_tokens=100_000,
+            balance=True,
+            seed=0,
+        )
+    d = stats.to_dict()
+    assert d["n_retriever"] == d["n_generator"] == len(examples)  # one distinct good sample each
+    assert d["dropped"]["retriever"]["unparseable"] == 2 * len(examples)
+    assert d["dropped"]["generator"]["different_rows"] + d["dropped"]["generator"].get(
+        "different_row_count", 0
+    ) >= len(examples)
+    assert all(r["response"] for r in records)
+
+
+def test_tokenize_masks_the_prompt(prompts):
+    tok = prompts.tokenizer
+    items, dropped = tokenize_records(
+        tok,
+        [{"prompt": "<|im_start|>user\nhi<|im_end|>\n", "response": "SELECT 1", "role": "g"}],
+        512,
+    )
+    (item,) = items
+    n_prompt = len(tok("<|im_start|>user\nhi<|im_end|>\n", add_special_tokens=False).input_ids)
+    assert item["labels"][:n_prompt] == [IGNORE] * n_prompt
+    assert item["labels"][n_prompt:] == item["input_ids"][n_prompt:]
+    assert item["input_ids"][-1] == tok.eos_token_id and dropped == 0
+
+
+def test_train_loss_falls_and_resumes(tiny_model_dir, examples, prompts, tmp_path):
+    records, _ = build_gold(examples, prompts, SchemaCache(0), max_prompt_tokens=100_000)
+    config = SftRunConfig(
+        epochs=6,
+        learning_rate=3e-3,
+        batch_size=4,
+        grad_accum=1,
+        checkpoint_every=3,
+        bf16_autocast=True,
+        max_length=4096,
+    )
+    out = tmp_path / "sft"
+    summary = train_sft(tiny_model_dir, records, out, config, device="cpu")
+    assert summary["steps"] == summary["planned_steps"] == 18
+    assert summary["final_loss"] < summary["first_loss"] * 0.8
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    assert len(list((out / "checkpoints").glob("step-*"))) == 2  # the newest two kept
+
+    # a killed run: only the step-15 checkpoint is left; training picks up from it
+    for ckpt in (out / "checkpoints").glob("step-*"):
+        if ckpt.name != "step-000015":
+            import shutil
+
+            shutil.rmtree(ckpt)
+    again = train_sft(tiny_model_dir, records, out, config, device="cpu")
+    assert again["resumed_from_step"] == 15 and again["steps"] == 18
+    assert again["losses"][:15] == summary["losses"][:15]
+
+
+def test_time_budget_stops_cleanly(tiny_model_dir, examples, prompts, tmp_path):
+    records, _ = build_gold(examples, prompts, SchemaCache(0), max_prompt_tokens=100_000)
+    config = SftRunConfig(
+        epochs=50,
+        time_budget_minutes=0.001,
+        batch_size=4,
+        grad_accum=1,
+        max_length=4096,
+        bf16_autocast=False,
+    )
+    summary = train_sft(tiny_model_dir, records, tmp_path / "sft", config, device="cpu")
+    assert summary["stop_reason"] == "time_budget" and summary["steps"] < summary["planned_steps"]
+    assert json.loads((tmp_path / "sft" / "sft_summary.json").read_text())["steps"] >= 1
