@@ -12,6 +12,7 @@ What it measures
 How to run
     .venv/bin/python bench/generate_bench.py                 # the tiny random model
     .venv/bin/python bench/generate_bench.py --model /tmp/wheel/base --max-new-tokens 64
+        [--dtype auto|float32|bfloat16] [--threads N] [--seed S]
 
     It prints a table, then one JSON line with all the numbers.
 """
@@ -68,9 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (1 is steadier on a busy machine)"
+    )
     args = parser.parse_args(argv)
 
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     from acesql.models.hf_engine import HFEngine
 

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from acesql.errors import ConfigError
 from acesql.models.engine import Completion, load_engine
-from acesql.models.hf_engine import HFEngine
+from acesql.models.hf_engine import HFEngine, _token_logprobs
 
 PROMPTS = [
     "<|im_start|>user\nWhich students are older than 20?<|im_end|>\n<|im_start|>assistant\n",
@@ -130,6 +130,14 @@ def test_logprobs_are_the_raw_model_distribution(engine, sharp_model, tokenizer)
             expected = logits.log_softmax(-1).gather(-1, ids[0, len(prompt_ids) :, None])
             got = torch.tensor(completion.logprobs)
             torch.testing.assert_close(got, expected.squeeze(-1), atol=1e-4, rtol=0)
+
+
+def test_token_logprobs_in_blocks():
+    logits = torch.randn(3, 7, 11)
+    ids = torch.randint(0, 11, (3, 7))
+    expected = logits.log_softmax(-1).gather(-1, ids[..., None]).squeeze(-1)
+    got = _token_logprobs(list(logits.unbind(1)), ids, block=3)
+    torch.testing.assert_close(got, expected)
 
 
 def test_stop_strings_cut_text_and_stop_early(engine, sharp_model):
@@ -265,7 +273,7 @@ def fake_vllm(monkeypatch):
 
 
 def test_vllm_parameters_and_outputs(fake_vllm, tmp_path):
-    engine = load_engine("vllm", tmp_path, gpu_memory_utilization=0.3)
+    engine = load_engine("vllm", tmp_path, batch_size=8, gpu_memory_utilization=0.3)
     assert engine.llm.kwargs == {
         "model": str(tmp_path),
         "dtype": "auto",

@@ -7,8 +7,8 @@ Every prompt is repeated n times and the copies are generated in left-padded chu
 `batch_size` rows (greedy decoding generates each prompt once and copies the result). A row
 stops at EOS or at the token that completes a stop string; the chunk ends when every row has
 stopped. Log-probs are those of the raw model distribution (temperature 1, before top-p),
-gathered from the logits `generate` returns, one chunk at a time so the (rows, steps, vocab)
-logits never outlive their chunk.
+gathered from the raw logits `generate` returns (`output_logits=True`); those logits, of shape
+(rows, steps, vocab), are the engine's largest allocation and never outlive their chunk.
 
 A trainer can pass its own policy module (`model=`): generation then runs on the live weights,
 in eval mode and inference mode, and the module's train/eval mode is restored afterwards.
@@ -138,10 +138,9 @@ class HFEngine(Engine):
             **options,
         )
         new_ids = out.sequences[:, prompt_len:]  # (rows, steps)
-        logits = torch.stack(out.logits, dim=1)  # (rows, steps, vocab), float32
+        step_logits = list(out.logits)  # steps x (rows, vocab), float32, raw
         del out
-        logprobs = logits.gather(-1, new_ids.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
-        del logits
+        logprobs = _token_logprobs(step_logits, new_ids)
 
         steps = new_ids.shape[1]
         is_eos = torch.isin(new_ids, self.eos_ids.to(new_ids.device))
@@ -205,6 +204,21 @@ class _StopStrings(StoppingCriteria):
     def lengths(self, steps: int) -> list[int]:
         """Tokens kept per row: up to the stop string's last token; `steps + 1` if none."""
         return [steps + 1 if at is None else at for at in self.stopped_at]
+
+
+def _token_logprobs(step_logits: list[torch.Tensor], token_ids: torch.Tensor, block: int = 128):
+    """log_softmax(logits)[token] for every step and row: (rows, steps).
+
+    Takes the steps `block` at a time and drops each step's logits once used, so the peak is
+    the logits themselves plus one block, not three copies of (rows, steps, vocab).
+    """
+    parts = []
+    for start in range(0, len(step_logits), block):
+        logits = torch.stack(step_logits[start : start + block], dim=1)  # (rows, block, vocab)
+        step_logits[start : start + block] = [None] * logits.shape[1]
+        ids = token_ids[:, start : start + block, None]
+        parts.append(logits.gather(-1, ids).squeeze(-1) - logits.logsumexp(-1))
+    return torch.cat(parts, dim=1)
 
 
 def _eos_ids(model, tokenizer) -> torch.Tensor:

@@ -24,7 +24,15 @@ from acesql.models.engine import Completion, Engine
 class VllmEngine(Engine):
     """Rollouts with a `vllm.LLM` loaded from `model_dir`."""
 
-    def __init__(self, model_dir: str | Path, dtype: str = "auto", **llm_options):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        dtype: str = "auto",
+        batch_size: int | None = None,
+        **llm_options,
+    ):
+        """`batch_size` is accepted so stages can build either engine with the same call, and
+        ignored: vLLM schedules its own batches (bound them with `max_num_seqs`)."""
         try:
             import vllm
         except ImportError as exc:

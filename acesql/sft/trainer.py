@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from acesql.models.logits import IGNORE, response_loss
 from acesql.tracking import NullTracker, Tracker
 
-IGNORE = -100
 KEEP_CHECKPOINTS = 2
 
 
@@ -173,7 +173,7 @@ def train_sft(
             batch = {k: v.to(accelerator.device) for k, v in batch.items()}
             with accelerator.accumulate(model):
                 with autocast:
-                    loss = model(**batch).loss
+                    loss = response_loss(model, **batch)
                 accelerator.backward(loss)
                 if accelerator.sync_gradients:
                     accelerator.clip_grad_norm_(model.parameters(), 1.0)
