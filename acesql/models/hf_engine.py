@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -48,11 +49,13 @@ class HFEngine(Engine):
         model=None,
         tokenizer=None,
         batch_size: int = 8,
+        progress: bool = True,
     ):
         """Load the model and tokenizer at `model_dir`, or use `model` / `tokenizer` as given.
 
         A given model stays where it is (its device and dtype win over `device` and `dtype`)
-        and is shared, not copied. `batch_size` is the number of sequences generated together.
+        and is shared, not copied. `batch_size` is the number of sequences generated together;
+        `progress` shows a bar when a call needs more than one batch.
         """
         if device not in DEVICES:
             raise ConfigError(f"unknown device {device!r}; choose one of {list(DEVICES)}")
@@ -74,6 +77,7 @@ class HFEngine(Engine):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.progress = progress
         self.device = next(model.parameters()).device
         self.eos_ids = _eos_ids(model, tokenizer)
 
@@ -104,16 +108,28 @@ class HFEngine(Engine):
         else:
             # top_k=0 explicitly: transformers otherwise defaults to top-k 50 when sampling.
             options.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
-        completions: list[Completion] = []
+        # rows of similar length share a batch: less padding, the same results per row
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        completions: list[Completion | None] = [None] * len(rows)
+        bar = tqdm(
+            total=len(rows),
+            desc="generate",
+            unit="seq",
+            disable=not self.progress or len(rows) <= self.batch_size,
+        )
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.inference_mode(), _seeded(seed, self.device):
                 for start in range(0, len(rows), self.batch_size):
-                    chunk = rows[start : start + self.batch_size]
-                    completions += self._generate_chunk(chunk, options, stop or [])
+                    picked = order[start : start + self.batch_size]
+                    chunk = [rows[i] for i in picked]
+                    for i, done in zip(picked, self._generate_chunk(chunk, options, stop or [])):
+                        completions[i] = done
+                    bar.update(len(picked))
         finally:
             self.model.train(was_training)
+            bar.close()
         groups = [completions[i * copies : (i + 1) * copies] for i in range(len(prompts))]
         if greedy:
             groups = [[_copy(group[0]) for _ in range(n)] for group in groups]

@@ -169,8 +169,10 @@ class Ctx:
             if human is not None:
                 self.hint(f"{human} refers to {col.name} = {self.lit(value)}")
                 return human
-        if attr.kind == "bool":
-            return "yes" if value else "no"
+        if attr.kind == "bool":  # stored 0/1: say the flag, and how it is stored
+            word = "yes" if value else "no"
+            self.hint(f"{self.said(col)} {word} refers to {col.name} = {int(bool(value))}")
+            return f"set to {word}"
         if attr.kind in ("money", "float") and attr.unit:
             return f"{value:g} {attr.unit}"
         if attr.kind in NUMERIC:

@@ -235,11 +235,18 @@ def exists_correlated(c):
     )
 
 
-def _two_filters(c):
+def _set_operation(c, operator: str):
+    """Two filters on one table, joined by a set operator: the shapes below share it."""
     t = c.table(lambda t: len(c.cols(t, CATEGORICAL + NUMERIC)) >= 2)
     a = c.col(t, CATEGORICAL, exclude=[t.label])
     b = c.col(t, NUMERIC)
-    return t, a, c.value(a), b, c.number(b)
+    v, w = c.value(a), c.number(b)
+    sql = (
+        f"SELECT {c.q(t.label)} FROM {c.q(t)} WHERE {c.q(a)} = {c.lit(v)} {operator} "
+        f"SELECT {c.q(t.label)} FROM {c.q(t)} WHERE {c.q(b)} > {c.lit(w)}"
+    )
+    words = dict(things=c.things(t), label=c.said(t.label), attr=c.said(a), value=c.say(a, v))
+    return sql, {**words, "num": c.said(b), "value2": c.say(b, w)}
 
 
 @shape(
@@ -254,19 +261,7 @@ def _two_filters(c):
     ],
 )
 def set_union(c):
-    t, a, v, b, w = _two_filters(c)
-    sql = (
-        f"SELECT {c.q(t.label)} FROM {c.q(t)} WHERE {c.q(a)} = {c.lit(v)} UNION "
-        f"SELECT {c.q(t.label)} FROM {c.q(t)} WHERE {c.q(b)} > {c.lit(w)}"
-    )
-    return sql, dict(
-        things=c.things(t),
-        label=c.said(t.label),
-        attr=c.said(a),
-        value=c.say(a, v),
-        num=c.said(b),
-        value2=c.say(b, w),
-    )
+    return _set_operation(c, "UNION")
 
 
 @shape(
@@ -281,19 +276,7 @@ def set_union(c):
     ],
 )
 def set_intersect(c):
-    t, a, v, b, w = _two_filters(c)
-    sql = (
-        f"SELECT {c.q(t.label)} FROM {c.q(t)} WHERE {c.q(a)} = {c.lit(v)} INTERSECT "
-        f"SELECT {c.q(t.label)} FROM {c.q(t)} WHERE {c.q(b)} > {c.lit(w)}"
-    )
-    return sql, dict(
-        things=c.things(t),
-        label=c.said(t.label),
-        attr=c.said(a),
-        value=c.say(a, v),
-        num=c.said(b),
-        value2=c.say(b, w),
-    )
+    return _set_operation(c, "INTERSECT")
 
 
 @shape(
@@ -308,19 +291,7 @@ def set_intersect(c):
     ],
 )
 def set_except(c):
-    t, a, v, b, w = _two_filters(c)
-    sql = (
-        f"SELECT {c.q(t.label)} FROM {c.q(t)} WHERE {c.q(a)} = {c.lit(v)} EXCEPT "
-        f"SELECT {c.q(t.label)} FROM {c.q(t)} WHERE {c.q(b)} > {c.lit(w)}"
-    )
-    return sql, dict(
-        things=c.things(t),
-        label=c.said(t.label),
-        attr=c.said(a),
-        value=c.say(a, v),
-        num=c.said(b),
-        value2=c.say(b, w),
-    )
+    return _set_operation(c, "EXCEPT")
 
 
 @shape(
