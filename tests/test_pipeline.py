@@ -81,7 +81,7 @@ def calls(monkeypatch):
 
 
 def test_dvc_repro_in_a_fresh_clone(clone):
-    first = _dvc("repro", cwd=clone)
+    first = _dvc("repro", "data", cwd=clone)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "Running stage 'data'" in first.stdout
     for name in ("train", "dev", "test_ood"):
@@ -92,7 +92,7 @@ def test_dvc_repro_in_a_fresh_clone(clone):
     changed = {line[3:] for line in status if line}
     assert "params.yaml" in changed  # the tiny params of this test
     assert changed <= {"params.yaml", "data/.gitignore", "data/metrics.json", "dvc.lock"}
-    again = _dvc("repro", cwd=clone)
+    again = _dvc("repro", "data", cwd=clone)
     assert again.returncode == 0, again.stderr
     assert "Stage 'data' didn't change, skipping" in again.stdout
     assert "Running stage" not in again.stdout
@@ -103,10 +103,10 @@ def test_the_flow_runs_the_stage(clone, prefect_harness, monkeypatch, calls):
 
     monkeypatch.chdir(clone)
     metrics = clone / "data" / "metrics.json"
-    _dvc("repro", cwd=clone)  # up to date, whichever tests ran before
+    _dvc("repro", "data", cwd=clone)  # up to date, whichever tests ran before
     calls.clear()
     before = metrics.stat().st_mtime_ns
-    assert pipeline(return_state=True).is_completed()
+    assert pipeline(["data"], return_state=True).is_completed()
     assert metrics.stat().st_mtime_ns == before  # nothing changed: DVC skipped the stage
     assert pipeline(["data"], force=True, return_state=True).is_completed()
     assert metrics.stat().st_mtime_ns > before
@@ -146,8 +146,8 @@ def test_a_busy_dvc_lock_is_retried(clone, prefect_harness, monkeypatch, calls):
 def test_unknown_stages_are_refused_before_anything_runs(prefect_harness, calls):
     from flows.pipeline import pipeline
 
-    with pytest.raises(ValueError, match=r"unknown stages \['sft'\]"):
-        pipeline(["data", "sft"])
+    with pytest.raises(ValueError, match=r"unknown stages \['grpo'\]"):
+        pipeline(["data", "grpo"])
     assert calls == []
 
 
@@ -166,3 +166,18 @@ def test_python_m_flows_pipeline_uses_a_temporary_api(clone):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Starting temporary server" in proc.stdout + proc.stderr
     assert "Finished in state Completed()" in proc.stdout + proc.stderr
+
+
+def test_the_whole_pipeline_with_a_tiny_model(clone, tiny_model_dir):
+    """base_model -> data -> sft_data -> sft -> evaluate, end to end, in minutes."""
+    params = yaml.safe_load((clone / "params.yaml").read_text())
+    params["base_model"]["name"] = str(tiny_model_dir)
+    params["sft"].update(time_budget_minutes=0.3, batch_size=2, grad_accum=1, checkpoint_every=5)
+    params["evaluate"].update(limit=3)
+    params["evaluate"]["generation"]["max_new_tokens"] = 8
+    (clone / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    proc = _dvc("repro", "evaluate", cwd=clone)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    metrics = yaml.safe_load((clone / "results" / "metrics.json").read_text())
+    assert metrics["dev"]["usable"] == 3 and 0 <= metrics["dev"]["pipeline_ex"] <= 1
+    assert (clone / "models" / "sft" / "model.safetensors").is_file()
