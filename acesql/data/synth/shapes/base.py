@@ -151,6 +151,17 @@ class Ctx:
             self._words[key] = self.rng.randrange(len(t.entity.phrases))
         return self._words[key]
 
+    def edge_words(self, child: SynthTable, fk: SynthColumn, parent: SynthTable) -> dict:
+        """The slots of a foreign-key shape: child and parent words, the relation between them."""
+        return dict(
+            things=self.things(child),
+            thing=self.thing(child),
+            parent=self.thing(parent),
+            parents=self.things(parent),
+            plabel=self.said(parent.label),
+            rel=self.rng.choice(fk.relation),
+        )
+
     def said(self, col: SynthColumn) -> str:
         """The words for a column; a cryptic name earns an evidence hint."""
         key = ("col", id(col))

@@ -26,13 +26,7 @@ def join_group_count(c):
         f"SELECT T2.{c.q(parent.label)}, COUNT(*) FROM {_join(c, child, fk, parent)} "
         f"GROUP BY T2.{c.q(parent.pk)}"
     )
-    return sql, dict(
-        things=c.things(child),
-        parent=c.thing(parent),
-        parents=c.things(parent),
-        plabel=c.said(parent.label),
-        rel=c.rng.choice(fk.relation),
-    )
+    return sql, {**c.edge_words(child, fk, parent)}
 
 
 @shape(
@@ -56,14 +50,7 @@ def join_group_having(c):
         f"SELECT T2.{c.q(parent.label)} FROM {_join(c, child, fk, parent)} "
         f"GROUP BY T2.{c.q(parent.pk)} HAVING COUNT(*) > {k}"
     )
-    return sql, dict(
-        things=c.things(child),
-        parent=c.thing(parent),
-        parents=c.things(parent),
-        plabel=c.said(parent.label),
-        k=k,
-        rel=c.rng.choice(fk.relation),
-    )
+    return sql, {**c.edge_words(child, fk, parent), "k": k}
 
 
 @shape(
@@ -84,13 +71,7 @@ def join_average(c):
         f"SELECT T2.{c.q(parent.label)}, AVG(T1.{c.q(n)}) FROM {_join(c, child, fk, parent)} "
         f"GROUP BY T2.{c.q(parent.pk)}"
     )
-    return sql, dict(
-        things=c.things(child),
-        parent=c.thing(parent),
-        plabel=c.said(parent.label),
-        num=c.said(n),
-        rel=c.rng.choice(fk.relation),
-    )
+    return sql, {**c.edge_words(child, fk, parent), "num": c.said(n)}
 
 
 @shape(
@@ -165,15 +146,7 @@ def in_subquery(c):
         f"SELECT {c.q(parent.label)} FROM {c.q(parent)} WHERE {c.q(parent.pk)} IN "
         f"(SELECT {c.q(fk)} FROM {c.q(child)} WHERE {c.q(a)} = {c.lit(v)})"
     )
-    return sql, dict(
-        things=c.things(child),
-        thing=c.thing(child),
-        parent=c.thing(parent),
-        parents=c.things(parent),
-        plabel=c.said(parent.label),
-        attr=c.said(a),
-        value=c.say(a, v),
-    )
+    return sql, {**c.edge_words(child, fk, parent), "attr": c.said(a), "value": c.say(a, v)}
 
 
 @shape(
@@ -195,14 +168,7 @@ def without_children(c):
         f"SELECT {c.q(parent.label)} FROM {c.q(parent)} WHERE {c.q(parent.pk)} NOT IN "
         f"(SELECT {c.q(fk)} FROM {c.q(child)} WHERE {c.q(fk)} IS NOT NULL)"
     )
-    return sql, dict(
-        things=c.things(child),
-        thing=c.thing(child),
-        parent=c.thing(parent),
-        parents=c.things(parent),
-        plabel=c.said(parent.label),
-        rel=c.rng.choice(fk.relation),
-    )
+    return sql, {**c.edge_words(child, fk, parent)}
 
 
 @shape(
@@ -225,14 +191,7 @@ def exists_correlated(c):
         f"(SELECT 1 FROM {c.q(child)} AS T1 WHERE T1.{c.q(fk)} = T2.{c.q(parent.pk)} "
         f"AND T1.{c.q(n)} > {c.lit(v)})"
     )
-    return sql, dict(
-        thing=c.thing(child),
-        parent=c.thing(parent),
-        parents=c.things(parent),
-        plabel=c.said(parent.label),
-        num=c.said(n),
-        value=c.say(n, v),
-    )
+    return sql, {**c.edge_words(child, fk, parent), "num": c.said(n), "value": c.say(n, v)}
 
 
 def _set_operation(c, operator: str):
@@ -311,12 +270,7 @@ def join_argmax(c):
         f"SELECT T2.{c.q(parent.label)} FROM {_join(c, child, fk, parent)} "
         f"GROUP BY T2.{c.q(parent.pk)} ORDER BY COUNT(*) DESC LIMIT 1"
     )
-    return sql, dict(
-        things=c.things(child),
-        parent=c.thing(parent),
-        plabel=c.said(parent.label),
-        rel=c.rng.choice(fk.relation),
-    )
+    return sql, {**c.edge_words(child, fk, parent)}
 
 
 @shape(

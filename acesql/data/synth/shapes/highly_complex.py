@@ -23,13 +23,7 @@ def cte_above_average_total(c):
         f"JOIN {c.q(parent)} AS T2 ON T1.pid = T2.{c.q(parent.pk)} "
         f"WHERE T1.total > (SELECT AVG(total) FROM totals)"
     )
-    return sql, dict(
-        things=c.things(child),
-        parent=c.thing(parent),
-        parents=c.things(parent),
-        plabel=c.said(parent.label),
-        num=c.said(n),
-    )
+    return sql, {**c.edge_words(child, fk, parent), "num": c.said(n)}
 
 
 @shape(
@@ -224,9 +218,4 @@ def share_of_parent(c):
         f"(SELECT COUNT(*) FROM {c.q(child)}) FROM per_parent AS T1 JOIN {c.q(parent)} AS T2 "
         f"ON T1.pid = T2.{c.q(parent.pk)}"
     )
-    return sql, dict(
-        things=c.things(child),
-        parent=c.thing(parent),
-        plabel=c.said(parent.label),
-        rel=c.rng.choice(fk.relation),
-    )
+    return sql, {**c.edge_words(child, fk, parent)}

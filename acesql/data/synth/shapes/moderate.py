@@ -99,14 +99,11 @@ def join_filter(c):
         f"SELECT T1.{c.q(child.label)} FROM {c.q(child)} AS T1 JOIN {c.q(parent)} AS T2 "
         f"ON T1.{c.q(fk)} = T2.{c.q(parent.pk)} WHERE T2.{c.q(parent.label)} = {c.lit(v)}"
     )
-    return sql, dict(
-        things=c.things(child),
-        thing=c.thing(child),
-        label=c.said(child.label),
-        rel=c.rng.choice(fk.relation),
-        parent=c.thing(parent),
-        pvalue=c.say(parent.label, v),
-    )
+    return sql, {
+        **c.edge_words(child, fk, parent),
+        "label": c.said(child.label),
+        "pvalue": c.say(parent.label, v),
+    }
 
 
 @shape(
@@ -128,14 +125,7 @@ def join_count(c):
         f"SELECT COUNT(*) FROM {c.q(child)} AS T1 JOIN {c.q(parent)} AS T2 "
         f"ON T1.{c.q(fk)} = T2.{c.q(parent.pk)} WHERE T2.{c.q(a)} = {c.lit(v)}"
     )
-    return sql, dict(
-        things=c.things(child),
-        rel=c.rng.choice(fk.relation),
-        parent=c.thing(parent),
-        parents=c.things(parent),
-        attr=c.said(a),
-        value=c.say(a, v),
-    )
+    return sql, {**c.edge_words(child, fk, parent), "attr": c.said(a), "value": c.say(a, v)}
 
 
 @shape(
@@ -155,14 +145,7 @@ def join_project(c):
         f"SELECT T1.{c.q(child.label)}, T2.{c.q(parent.label)} FROM {c.q(child)} AS T1 "
         f"JOIN {c.q(parent)} AS T2 ON T1.{c.q(fk)} = T2.{c.q(parent.pk)}"
     )
-    return sql, dict(
-        thing=c.thing(child),
-        things=c.things(child),
-        label=c.said(child.label),
-        plabel=c.said(parent.label),
-        parent=c.thing(parent),
-        rel=c.rng.choice(fk.relation),
-    )
+    return sql, {**c.edge_words(child, fk, parent), "label": c.said(child.label)}
 
 
 @shape(
