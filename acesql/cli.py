@@ -3,6 +3,7 @@
 acesql sql exec --db DB "SELECT ..."
 acesql sql columns --db DB "SELECT ..."
 acesql sql match --db DB --mode bird --pred "..." --gold "..."
+acesql pool replay --gamma 0.5 --events FILE
 acesql evaluate-sql --dataset DIR --format spider --predictions FILE --mode spider
 acesql run                       # the main job (see `acesql run --help`)
 """
@@ -340,6 +341,47 @@ def run(spider, out, workers):
             _write_jsonl(out / f"gold-{mode}.jsonl", rows)
     (out / "summary.json").write_text(json.dumps(report, indent=2))
     _print(report)
+
+
+# ----------------------------------------------------------------------- pool
+@cli.group()
+def pool():
+    """Inspect ACE-SQL's empirical column-set pool."""
+
+
+@pool.command("replay")
+@click.option("--gamma", default=0.5, show_default=True, type=float, help="Decay per update.")
+@click.option(
+    "--events",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    help='JSON lines {"question": ..., "matched": [[table.column, ...], ...]}; - reads stdin.',
+)
+def pool_replay(gamma, events):
+    """Replay pool events and print each question's weights and targets.
+
+    The first event of a question seeds its pool (the initial rollout); each later one
+    multiplies every weight by GAMMA and adds its counts. Prints
+    {question: {"weights": [[[cols...], w], ...], "targets": [[cols...], ...]}}.
+    """
+    from acesql.errors import DataError
+    from acesql.rl.pool import replay
+
+    with click.open_file(events) as fh:
+        lines = list(fh)
+    parsed = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            parsed.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise DataError(f"{events}, line {i}: not JSON ({e.msg})") from e
+    try:
+        result = replay(parsed, gamma=gamma)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--gamma") from e
+    _print(result.to_dict()["questions"])
 
 
 def _write_jsonl(path, rows) -> None:

@@ -134,3 +134,30 @@ def test_data_synth(tmp_path):
     assert (out / "tables.json").is_file() and len(list((out / "databases").iterdir())) == 4
     proc = acesql(*args, "--ood-domains", "atlantis", check=False)
     assert proc.returncode == 2 and "not domains" in proc.stderr
+
+
+def test_pool_replay_cli(tmp_path):
+    events = tmp_path / "events.jsonl"
+    lines = [
+        {"question": "q", "matched": [["t.b", "t.a"], ["t.a", "t.b"], ["t.a"]]},
+        {"question": "q", "matched": [["t.a"], ["t.a"]]},
+        {"question": "r", "matched": [["t.z"]]},
+        {"question": "q", "matched": [["t.c"], ["t.b", "t.a"]]},
+    ]
+    events.write_text("\n".join(json.dumps(e) for e in lines) + "\n\n")
+    out = json.loads(acesql("pool", "replay", "--gamma", "0.5", "--events", events).stdout)
+    assert out["q"] == {
+        "weights": [[["t.a"], 1.25], [["t.a", "t.b"], 1.5], [["t.c"], 1.0]],
+        "targets": [["t.a", "t.b"]],
+    }
+    assert out["r"] == {"weights": [[["t.z"], 1.0]], "targets": [["t.z"]]}
+    # gamma 1: plain counts
+    out = json.loads(acesql("pool", "replay", "--gamma", "1", "--events", events).stdout)
+    assert out["q"]["weights"] == [[["t.a"], 3.0], [["t.a", "t.b"], 3.0], [["t.c"], 1.0]]
+
+
+def test_pool_replay_cli_bad_input(tmp_path):
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"question": "q", "matched": [["t.a"]]}\nnot json\n')
+    result = acesql("pool", "replay", "--events", events, check=False)
+    assert result.returncode == 2 and "line 2: not JSON" in result.stderr
