@@ -223,6 +223,90 @@ class SftSection(Section):
     log_every: int = Field(1, ge=1, description="Optimizer steps between logged losses.")
 
 
+class LengthPenaltySection(Section):
+    """`p(o) = max_penalty * clip((len(o) - low) / (high - low), 0, 1)`, in tokens."""
+
+    low: int = Field(512, ge=0, description="Outputs up to this many tokens get no penalty.")
+    high: int = Field(2048, ge=1, description="Length at which the penalty is full.")
+    max_penalty: float = Field(0.5, ge=0, le=1, description="The full penalty.")
+
+
+class RlDataSection(Section):
+    """The `rl_data` stage: questions the SFT model solves only sometimes, and the pool seed."""
+
+    max_questions: int | None = Field(
+        None, ge=1, description="Train questions rolled out (spread over databases); null: all."
+    )
+    complexities: list[str] | None = Field(
+        None, description="Keep only these complexity levels (the paper: hard ones); null: all."
+    )
+    retriever_samples: int = Field(8, ge=1, description="Retriever samples; their union prunes.")
+    generator_samples: int = Field(16, ge=1, description="Generator samples on the union schema.")
+    min_correct: int = Field(2, ge=0, description="Keep a question with at least this many...")
+    max_correct: int = Field(14, ge=0, description="...and at most this many correct SQLs.")
+    timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout.")
+    generation: GenerationSection = Field(
+        default_factory=lambda: GenerationSection(max_new_tokens=2048),
+        description="Sampling of the initial rollout.",
+    )
+
+
+class GrpoSection(Section):
+    """The `grpo` stage: joint dual-role GRPO. Defaults are the paper's (GPU runs)."""
+
+    learning_rate: float = Field(1e-6, gt=0, description="AdamW learning rate, constant.")
+    warmup_ratio: float = Field(0.05, ge=0, lt=1, description="Share of steps warming up.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    epochs: float = Field(4.0, gt=0, description="Passes over the rl_data questions.")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many steps.")
+    time_budget_minutes: float | None = Field(
+        None, gt=0, description="Stop (checkpoint and save) after this much time; null: none."
+    )
+    questions_per_step: int = Field(16, ge=1, description="Questions in one step's rollout.")
+    samples: int = Field(8, ge=2, description="N: outputs per question for each role.")
+    vote_threshold: float = Field(0.5, gt=0, le=1, description="Retriever vote share.")
+    clip_eps: float = Field(0.2, gt=0, description="PPO clip range of the importance ratio.")
+    beta: float = Field(0.001, ge=0, description="KL weight (k3 estimator) to the reference.")
+    gamma: float = Field(0.5, ge=0, le=1, description="Decay of the pool's weights per update.")
+    length_penalty: LengthPenaltySection = Field(
+        default_factory=LengthPenaltySection, description="Length penalty of both rewards."
+    )
+    pcgrad: bool = Field(True, description="PCGrad on the two role gradients; off: plain sum.")
+    pcgrad_granularity: Literal["tensor", "global"] = Field(
+        "tensor", description="Per parameter tensor (authors' code) or one flattened vector."
+    )
+    schedule: bool = Field(True, description="Generator weight ramp; off: lambda = 1.")
+    schedule_fraction: float = Field(0.25, ge=0, le=1, description="Ramp length, share of steps.")
+    retriever_target: Literal["empirical", "gold"] = Field(
+        "empirical", description="The retriever's target: the pool's best sets, or gold columns."
+    )
+    retriever_reward: Literal["sparse", "dense"] = Field(
+        "sparse", description="sparse: target match; dense: pool coverage - 0.5 noise."
+    )
+    grad_clip: float = Field(1.0, gt=0, description="Max global grad norm of the update.")
+    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward.")
+    skip_flat_groups: bool = Field(
+        False,
+        description="Leave out of the update groups whose rewards are all equal (advantage 0; "
+        "they only add the small KL term): saves CPU time; the paper keeps them.",
+    )
+    bf16_autocast: bool = Field(True, description="fp32 weights, bf16 compute.")
+    gradient_checkpointing: bool = Field(False, description="Trade compute for memory.")
+    eval_every: int = Field(40, ge=1, description="Steps between validations.")
+    eval_split: str = Field("dev", description="Prepared split validated on.")
+    eval_questions: int = Field(100, ge=1, description="Size of the fixed validation slice.")
+    checkpoint_every: int = Field(80, ge=1, description="Steps between checkpoints.")
+    pool_snapshot_every: int = Field(40, ge=1, description="Steps between pool snapshots.")
+    timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout of rollouts.")
+    match_mode: Literal["multiset", "bird", "spider"] = Field(
+        "multiset", description="Execution match of the generator reward."
+    )
+    generation: GenerationSection = Field(
+        default_factory=lambda: GenerationSection(max_new_tokens=2048),
+        description="Rollout sampling (the paper: T 1.0, top-p 1.0, 2048 new tokens).",
+    )
+
+
 class EvaluateSection(Section):
     """The `evaluate` stage: greedy pipeline EX and generator ability."""
 
@@ -258,6 +342,8 @@ class Params(Section):
     prompt: PromptSection = Field(default_factory=PromptSection, description="Role prompts.")
     sft_data: SftDataSection = Field(default_factory=SftDataSection, description="sft_data.")
     sft: SftSection = Field(default_factory=SftSection, description="The sft stage.")
+    rl_data: RlDataSection = Field(default_factory=RlDataSection, description="rl_data.")
+    grpo: GrpoSection = Field(default_factory=GrpoSection, description="The grpo stage.")
     evaluate: EvaluateSection = Field(
         default_factory=EvaluateSection, description="The evaluate stage."
     )

@@ -37,9 +37,18 @@ class Tracker:
         params: Mapping[str, Any] | None = None,
         tags: Mapping[str, str] | None = None,
         nested: bool = False,
+        run_id: str | None = None,
     ) -> Iterator[None]:
-        """A run around the block; nested dict params are flattened to `a.b.c` keys."""
+        """A run around the block; nested dict params are flattened to `a.b.c` keys.
+
+        `run_id` reopens that earlier run (a resumed training) instead of starting one.
+        """
         yield
+
+    @property
+    def run_id(self) -> str | None:
+        """The id of the run logs go to now (None outside a run, or when nothing is logged)."""
+        return None
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Numeric metrics of the current run."""
@@ -72,16 +81,19 @@ class MlflowTracker(Tracker):
         self._runs: list[str] = []  # stack of open run ids; the last one receives the logs
 
     @contextmanager
-    def start_run(self, name, params=None, tags=None, nested=False):
+    def start_run(self, name, params=None, tags=None, nested=False, run_id=None):
         run_tags = {k: str(v) for k, v in (tags or {}).items()}
         commit = git_commit()
         if commit:
             run_tags.setdefault(GIT_COMMIT_TAG, commit)
         if nested and self._runs:
             run_tags[PARENT_RUN_TAG] = self._runs[-1]
-        run_id = self.client.create_run(
-            self.experiment_id, run_name=name, tags=run_tags
-        ).info.run_id
+        if run_id is not None and self._reopen(run_id):
+            params = None  # already logged by the run's first attempt
+        else:
+            run_id = self.client.create_run(
+                self.experiment_id, run_name=name, tags=run_tags
+            ).info.run_id
         self._runs.append(run_id)
         status = "FAILED"
         try:
@@ -92,6 +104,23 @@ class MlflowTracker(Tracker):
         finally:
             self._runs.pop()
             self.client.set_terminated(run_id, status)
+
+    @property
+    def run_id(self):
+        return self._runs[-1] if self._runs else None
+
+    def _reopen(self, run_id: str) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:
+            return False
+        if run.info.experiment_id != self.experiment_id:
+            return False
+        self.client.update_run(run_id, status="RUNNING")
+        self.client.set_tag(run_id, "resumed", "true")
+        return True
 
     def log_metrics(self, metrics, step=None):
         from mlflow.entities import Metric

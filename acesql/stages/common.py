@@ -13,11 +13,20 @@ from acesql.errors import AcesqlError
 from acesql.tracking import make_tracker
 
 
-def run_stage(name: str, doc: str, sections: tuple[str, ...], work: Callable, argv=None) -> None:
+def run_stage(
+    name: str,
+    doc: str,
+    sections: tuple[str, ...],
+    work: Callable,
+    argv=None,
+    resume_run: Callable | None = None,
+) -> None:
     """Parse `--params`, load `sections`, open a tracked run named `name`, call `work`.
 
     `work(sections: dict, tracker) -> dict` returns the stage's metrics, printed as JSON.
-    Configuration and data errors print one `error:` line and exit with status 2.
+    `resume_run(sections) -> run id or None` names an earlier run to continue (a training
+    stage resuming from its checkpoint). Configuration and data errors print one `error:`
+    line and exit with status 2.
     """
     parser = argparse.ArgumentParser(
         prog=f"python -m acesql.stages.{name}",
@@ -30,7 +39,8 @@ def run_stage(name: str, doc: str, sections: tuple[str, ...], work: Callable, ar
         loaded = {s: load_section(args.params, s) for s in sections}
         tracker = make_tracker(loaded["base"])
         params = {s: section.model_dump(mode="json") for s, section in loaded.items()}
-        with tracker.start_run(name, params, tags={"stage": name}):
+        run_id = resume_run(loaded) if resume_run else None
+        with tracker.start_run(name, params, tags={"stage": name}, run_id=run_id):
             metrics = work(loaded, tracker)
     except AcesqlError as exc:
         print(f"error: {exc}", file=sys.stderr)

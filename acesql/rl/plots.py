@@ -1,0 +1,34 @@
+"""Curves of a GRPO run: reward and match rate per role, and the validation EX."""
+
+from __future__ import annotations
+
+
+def curves_figure(history: list[dict]):
+    """A three-panel figure from the per-step records of `GrpoTrainer` (no display needed)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(13, 3.8))
+    axes = fig.subplots(1, 3)
+    steps = [r["step"] for r in history]
+    for ax, what, title in (
+        (axes[0], "reward_mean", "mean reward"),
+        (axes[1], "match_rate", "match rate"),
+    ):
+        for role, color in (("retriever", "tab:blue"), ("generator", "tab:orange")):
+            ax.plot(steps, [r[f"{role}/{what}"] for r in history], label=role, color=color)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend()
+    val = [(r["step"], r["val/pipeline_ex"]) for r in history if "val/pipeline_ex" in r]
+    ax = axes[2]
+    if val:
+        ax.plot(*zip(*val), marker="o", label="pipeline EX")
+        gen = [(r["step"], r["val/generator_ex"]) for r in history if "val/generator_ex" in r]
+        ax.plot(*zip(*gen), marker="s", label="generator ability")
+        ax.legend()
+    ax.plot(steps, [r["lambda"] for r in history], color="grey", ls=":", label="lambda")
+    ax.set_title("validation (greedy) and lambda")
+    ax.set_xlabel("step")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,647 @@
+"""The ACE-SQL GRPO trainer: one policy, two roles, one optimizer step per rollout.
+
+One step, top to bottom (`GrpoTrainer.step`):
+
+    questions -> N retriever rollouts -> parse + vote -> pruned schema -> N generator rollouts
+    -> batch execution (gold cached) -> pool update -> rewards -> advantages per role
+    -> two losses -> two backward passes -> PCGrad -> one optimizer step (grad-norm clip)
+    -> log -> checkpoint
+
+- Old-policy log-probs are *recomputed*: each rollout gets exactly one optimizer step, so the
+  policy that sampled is the policy being differentiated, and old = current, detached (ratio 1
+  in value, the clipped surrogate's gradient is the policy gradient). The engine's own
+  log-probs are not used: a vLLM engine computes them with other kernels and precision.
+- The reference policy is a frozen copy of the starting (SFT) model; it is not kept when
+  beta is 0.
+- Memory: the retriever's gradient is copied once into a buffer, the generator's lands in
+  the parameters' `.grad`, and PCGrad writes the combination in place there. One extra
+  gradient copy, where the authors' code clones both.
+- Metrics are buffered and sent to the tracker when a checkpoint is written: a run killed
+  between checkpoints and resumed redoes those steps and logs each step exactly once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import shutil
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from acesql.data.loaders import Example
+from acesql.errors import SqlParseError
+from acesql.models.logits import token_logprobs
+from acesql.models.prompts import PromptBuilder
+from acesql.rl.advantages import group_advantages
+from acesql.rl.loss import grpo_loss
+from acesql.rl.pcgrad import pcgrad_
+from acesql.rl.pool import EmpiricalPool
+from acesql.rl.rewards import dense_retriever_reward, generator_reward, retriever_reward
+from acesql.rl.rollout import QuestionRollout, rollout
+from acesql.rl.schedule import generator_weight
+from acesql.sft.data import SchemaCache, gold_columns
+from acesql.tracking import NullTracker, Tracker
+
+KEEP_CHECKPOINTS = 2
+ROLES = ("retriever", "generator")
+
+
+@dataclass
+class Sequence:
+    """One sampled output, ready to be scored: prompt ids + completion ids and its advantage."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    advantage: float
+
+
+@dataclass
+class RunState:
+    step: int = 0
+    elapsed_s: float = 0.0
+    best_eval: float | None = None
+    best_step: int | None = None
+    tracker_run_id: str | None = None
+    fingerprint: str = ""
+    history: list[dict] = field(default_factory=list)  # one record per step
+
+
+class _TimedExecutor:
+    """Wraps a BatchExecutor to measure the time the rollout spends executing SQL."""
+
+    def __init__(self, executor):
+        self.executor = executor
+        self.seconds = 0.0
+
+    def match_many(self, *args, **kwargs):
+        t0 = time.monotonic()
+        try:
+            return self.executor.match_many(*args, **kwargs)
+        finally:
+            self.seconds += time.monotonic() - t0
+
+
+def question_order(n_questions: int, per_step: int, epochs: float, seed: int) -> list[list[int]]:
+    """The questions of every step: each epoch a fresh shuffle, cut into steps.
+
+    Deterministic in the seed, so a resumed run picks up exactly where it stopped.
+    """
+    order: list[int] = []
+    epoch = 0
+    wanted = math.ceil(n_questions * epochs)
+    while len(order) < wanted:
+        idx = list(range(n_questions))
+        random.Random(f"{seed}:{epoch}").shuffle(idx)
+        order += idx
+        epoch += 1
+    order = order[:wanted]
+    return [order[i : i + per_step] for i in range(0, len(order), per_step)]
+
+
+class GrpoTrainer:
+    """Joint dual-role GRPO from `model_dir` on `examples`, starting from `pool`."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        examples: list[Example],
+        pool: EmpiricalPool,
+        out_dir: str | Path,
+        cfg,
+        *,
+        seed: int = 0,
+        reasoning: bool = False,
+        sample_values: int = 0,
+        eval_examples: list[Example] | None = None,
+        tracker: Tracker | None = None,
+        device: str | None = None,
+        progress: bool = True,
+        engine_factory: Callable | None = None,
+    ):
+        from acesql.models.base_model import load_model, load_tokenizer
+        from acesql.sql.executor import BatchExecutor
+
+        if not examples:
+            raise ValueError("no RL questions: the rl_data stage kept none (see its metrics)")
+        self.cfg, self.seed, self.progress = cfg, seed, progress
+        self.examples = examples
+        self.pool = pool
+        self.out_dir = Path(out_dir)
+        self.ckpt_root = self.out_dir / "checkpoints"
+        self.tracker = tracker or NullTracker()
+        self.eval_examples = eval_examples or []
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        torch.manual_seed(seed)
+        self.tokenizer = load_tokenizer(model_dir)
+        self.prompts = PromptBuilder(self.tokenizer, reasoning, sample_values)
+        self.schemas = SchemaCache(sample_values)
+        self.model = load_model(model_dir, dtype="float32", device=str(self.device))
+        if cfg.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        self.model.config.use_cache = False
+        self.model.train()
+        self.ref = None
+        if cfg.beta > 0:
+            self.ref = load_model(model_dir, dtype="float32", device=str(self.device)).eval()
+            self.ref.requires_grad_(False)
+        self.steps = question_order(len(examples), cfg.questions_per_step, cfg.epochs, seed)
+        if cfg.max_steps:
+            self.steps = self.steps[: cfg.max_steps]
+        self.total_steps = len(self.steps)
+        self.horizon = cfg.schedule_fraction * self.total_steps if cfg.schedule else 0.0
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
+        )
+        warmup = int(cfg.warmup_ratio * self.total_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
+        )
+        self.autocast = torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16_autocast
+        )
+        gen = cfg.generation
+        if engine_factory is not None:
+            self.engine = engine_factory(self.model, self.tokenizer)
+        elif gen.engine == "transformers":
+            from acesql.models.hf_engine import HFEngine
+
+            # shares the policy's module: new weights are seen without a copy
+            self.engine = HFEngine(
+                model=self.model,
+                tokenizer=self.tokenizer,
+                batch_size=gen.batch_size,
+                progress=False,
+            )
+        else:
+            from acesql.models.engine import load_engine
+
+            self.engine = load_engine(gen.engine, model_dir, batch_size=gen.batch_size)
+        self.executor = _TimedExecutor(BatchExecutor(timeout_s=cfg.timeout_s))
+        self._ret_grads: list[torch.Tensor | None] | None = None  # the one extra copy
+        self.state = RunState(fingerprint=run_fingerprint(model_dir, seed, cfg, examples, pool))
+        self._pending: list[dict] = []  # step records not yet sent to the tracker
+
+    # ------------------------------------------------------------------------- the run
+
+    def train(self) -> dict:
+        """Run (or resume) to the last step or the time budget; save the final model."""
+        resumed_from = self._resume()
+        budget = self.cfg.time_budget_minutes * 60 if self.cfg.time_budget_minutes else math.inf
+        started = time.monotonic() - self.state.elapsed_s
+        stop_reason = "steps"
+        bar = tqdm(
+            total=self.total_steps,
+            initial=self.state.step,
+            desc="grpo",
+            unit="step",
+            disable=not self.progress,
+        )
+        try:
+            while self.state.step < self.total_steps:
+                record = self.step()
+                self.state.elapsed_s = time.monotonic() - started
+                bar.update()
+                bar.set_postfix(
+                    r_ret=f"{record['retriever/reward_mean']:.2f}",
+                    r_gen=f"{record['generator/reward_mean']:.2f}",
+                )
+                s = self.state.step
+                if self.eval_examples and (s % self.cfg.eval_every == 0 or s == self.total_steps):
+                    self._validate(record)
+                if s % self.cfg.pool_snapshot_every == 0:
+                    self._snapshot_pool()
+                out_of_time = self.state.elapsed_s > budget
+                if s % self.cfg.checkpoint_every == 0 or s == self.total_steps or out_of_time:
+                    self.save_checkpoint()
+                if out_of_time:
+                    stop_reason = "time_budget"
+                    break
+        finally:
+            bar.close()
+        self._save_final()
+        return self.summary(stop_reason, resumed_from)
+
+    def step(self) -> dict:
+        """One GRPO step on the next batch of questions; returns its logged record."""
+        cfg = self.cfg
+        step = self.state.step + 1
+        batch = [self.examples[i] for i in self.steps[step - 1]]
+        lam = generator_weight(step, self.horizon) if cfg.schedule else 1.0
+        t0 = time.monotonic()
+        self.executor.seconds = 0.0
+        gen = cfg.generation
+        rollouts = rollout(
+            batch,
+            self.engine,
+            self.prompts,
+            self.schemas,
+            self.executor,
+            n_retriever=cfg.samples,
+            n_generator=cfg.samples,
+            combine="vote",
+            vote_threshold=cfg.vote_threshold,
+            temperature=gen.temperature,
+            top_p=gen.top_p,
+            max_new_tokens=gen.max_new_tokens,
+            match_mode=cfg.match_mode,
+            seed=self.seed * 100_003 + step,
+        )
+        t_rollout = time.monotonic() - t0 - self.executor.seconds
+        pool_info = self._update_pool(rollouts)
+        rewards = self._rewards(rollouts)
+        seqs, adv_stats = self._sequences(rollouts, rewards)
+
+        t1 = time.monotonic()
+        update = self._update(seqs, lam)
+        t_update = time.monotonic() - t1
+        self.engine.update_weights(self.model)
+        self.state.step = step
+
+        record = {"step": step, "lambda": lam, "lr": self.scheduler.get_last_lr()[0]}
+        for role in ROLES:
+            r = [x for q in rewards[role] for x in q]
+            record[f"{role}/reward_mean"] = sum(r) / len(r) if r else 0.0
+        n_gen = sum(len(x.matched) for x in rollouts)
+        record["generator/match_rate"] = sum(x.n_matched for x in rollouts) / max(n_gen, 1)
+        record["retriever/match_rate"] = pool_info.pop("retriever_match_rate")
+        for role, key in (("retriever", "retriever"), ("generator", "generator")):
+            lengths = [len(c.token_ids) for x in rollouts for c in getattr(x, key)]
+            record[f"{role}/response_tokens"] = sum(lengths) / max(len(lengths), 1)
+        record.update(pool_info)
+        record.update(adv_stats)
+        record.update(update)
+        record["time/rollout_s"] = t_rollout
+        record["time/execution_s"] = self.executor.seconds
+        record["time/update_s"] = t_update
+        record = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in record.items()}
+        self.state.history.append(record)
+        self._pending.append(record)
+        return record
+
+    # --------------------------------------------------------------- pool and rewards
+
+    def _update_pool(self, rollouts: list[QuestionRollout]) -> dict:
+        changes, non_gold, matched = 0, 0, 0
+        ret_hits, ret_total = 0, 0
+        for r in rollouts:
+            key = r.key
+            if key in self.pool:
+                before = self.pool.update(key, r.matched_sets)
+            else:
+                before = []
+                self.pool.seed(key, r.matched_sets)
+            changes += before != self.pool.targets(key)
+            gold = self._gold(r)
+            for s in r.matched_sets:
+                matched += 1
+                non_gold += gold is not None and s != gold
+            targets = self._targets(r)
+            for s in r.retrieved:
+                ret_total += 1
+                ret_hits += s is not None and any(s == t for t in targets)
+        stats = self.pool.stats()
+        return {
+            "pool/with_target": stats["with_target"],
+            "pool/distinct_sets": stats["distinct_sets"],
+            "pool/target_changes": changes,
+            "generator/non_gold_ratio": non_gold / matched if matched else 0.0,
+            "retriever_match_rate": ret_hits / max(ret_total, 1),
+        }
+
+    def _gold(self, r: QuestionRollout) -> frozenset[str] | None:
+        try:
+            return gold_columns(r.example, self.schemas(r.example))
+        except SqlParseError:  # a gold query sqlglot cannot resolve has no gold set
+            return None
+
+    def _targets(self, r: QuestionRollout) -> list[frozenset[str]]:
+        if self.cfg.retriever_target == "gold":
+            gold = self._gold(r)
+            return [gold] if gold else []
+        return self.pool.targets(r.key)
+
+    def _rewards(self, rollouts: list[QuestionRollout]) -> dict[str, list[list[float]]]:
+        lp = self.cfg.length_penalty.model_dump()
+        out: dict[str, list[list[float]]] = {"retriever": [], "generator": []}
+        for r in rollouts:
+            out["generator"].append(
+                [
+                    generator_reward(m, len(c.token_ids), **lp)
+                    for m, c in zip(r.matched, r.generator)
+                ]
+            )
+            if self.cfg.retriever_reward == "dense":
+                support = (
+                    self.pool.support(r.key)
+                    if self.cfg.retriever_target == "empirical"
+                    else self._targets(r)
+                )
+                out["retriever"].append([dense_retriever_reward(s, support) for s in r.retrieved])
+            else:
+                targets = self._targets(r)
+                out["retriever"].append(
+                    [
+                        retriever_reward(s, targets, len(c.token_ids), **lp)
+                        for s, c in zip(r.retrieved, r.retriever)
+                    ]
+                )
+        return out
+
+    def _sequences(self, rollouts, rewards) -> tuple[dict[str, list[Sequence]], dict]:
+        seqs: dict[str, list[Sequence]] = {"retriever": [], "generator": []}
+        stats = {}
+        cache: dict[str, list[int]] = {}
+
+        def ids(text: str) -> list[int]:
+            if text not in cache:
+                cache[text] = self.tokenizer(text, add_special_tokens=False).input_ids
+            return cache[text]
+
+        for role in ROLES:
+            flat = 0
+            for r, group in zip(rollouts, rewards[role]):
+                adv = group_advantages(group).tolist()
+                if all(a == 0 for a in adv):
+                    flat += 1
+                    if self.cfg.skip_flat_groups:
+                        continue
+                prompt = r.retriever_prompt if role == "retriever" else r.generator_prompt
+                outputs = r.retriever if role == "retriever" else r.generator
+                for c, a in zip(outputs, adv):
+                    if c.token_ids:
+                        seqs[role].append(Sequence(ids(prompt), list(c.token_ids), a))
+            stats[f"{role}/flat_groups"] = flat / max(len(rollouts), 1)
+        return seqs, stats
+
+    # --------------------------------------------------------------------- the update
+
+    def _update(self, seqs: dict[str, list[Sequence]], lam: float) -> dict:
+        """Two losses, two backward passes, PCGrad, one optimizer step."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer.zero_grad(set_to_none=True)
+        ret = self._backward(seqs["retriever"], 1.0)
+        g_ret: list[torch.Tensor | None] = [None] * len(params)
+        if seqs["retriever"]:
+            if self._ret_grads is None:
+                self._ret_grads = [None] * len(params)
+            for i, p in enumerate(params):
+                if p.grad is None:
+                    continue
+                if self._ret_grads[i] is None:  # allocated once, reused every step
+                    self._ret_grads[i] = torch.empty_like(p)
+                self._ret_grads[i].copy_(p.grad)
+                p.grad.zero_()
+                g_ret[i] = self._ret_grads[i]
+        gen = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "tokens": 0}
+        if lam > 0 and seqs["generator"]:
+            gen = self._backward(seqs["generator"], lam)
+        for p, r in zip(params, g_ret):  # a parameter only the retriever reached needs a .grad
+            if p.grad is None and r is not None:
+                p.grad = torch.zeros_like(p)
+        stats = pcgrad_(
+            g_ret,
+            [p.grad for p in params],
+            granularity=self.cfg.pcgrad_granularity,
+            project=self.cfg.pcgrad,
+        )
+        stepped = any(p.grad is not None for p in params)
+        grad_norm = 0.0
+        if stepped:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip))
+            self.optimizer.step()
+        with warnings.catch_warnings():  # a step without an update still advances the schedule
+            warnings.simplefilter("ignore", UserWarning)
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {
+            "retriever/loss": ret["loss"],
+            "generator/loss": gen["loss"],
+            "retriever/kl": ret["kl"],
+            "generator/kl": gen["kl"],
+            "kl": _mix(ret, gen, "kl"),
+            "clip_fraction": _mix(ret, gen, "clip_fraction"),
+            "retriever/grad_norm": stats.norm_ret,
+            "generator/grad_norm": stats.norm_gen,  # of lambda * g_gen, as combined
+            "grad_cosine": stats.cosine,
+            "conflict_ratio": stats.conflict_ratio,
+            "grad_norm": grad_norm,
+            "updated": float(stepped),
+            "retriever/update_tokens": ret["tokens"],
+            "generator/update_tokens": gen["tokens"],
+        }
+
+    def _backward(self, seqs: list[Sequence], weight: float) -> dict:
+        """Back-propagate `weight` x the role's token-mean loss, micro-batch by micro-batch."""
+        total = sum(len(s.completion_ids) for s in seqs)
+        out = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "tokens": total}
+        if not seqs:
+            return out
+        mb = self.cfg.micro_batch_size
+        order = sorted(
+            range(len(seqs)), key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].completion_ids)
+        )
+        for start in range(0, len(order), mb):
+            chunk = [seqs[i] for i in order[start : start + mb]]
+            ids, attn, mask = _collate(chunk, self.tokenizer.pad_token_id, self.device)
+            adv = torch.tensor([s.advantage for s in chunk], device=self.device)
+            with self.autocast:
+                logp = token_logprobs(self.model, ids, attn, mask)
+                ref = None
+                if self.ref is not None:
+                    with torch.no_grad():
+                        ref = token_logprobs(self.ref, ids, attn, mask)
+            loss, st = grpo_loss(
+                logp, logp.detach(), adv, mask, ref, clip_eps=self.cfg.clip_eps, beta=self.cfg.beta
+            )
+            share = st.n_tokens / total
+            (loss * share * weight).backward()
+            out["loss"] += st.loss * share
+            out["kl"] += st.kl * share
+            out["clip_fraction"] += st.clip_fraction * share
+        return out
+
+    # ------------------------------------------------------------------ evaluation
+
+    def _validate(self, record: dict) -> None:
+        from acesql.eval.pipeline import evaluate_examples
+
+        summary, _ = evaluate_examples(
+            self.eval_examples,
+            self.engine,
+            self.prompts,
+            self.executor.executor,
+            mode="multiset",
+            max_new_tokens=self.cfg.generation.max_new_tokens,
+            seed=self.seed,
+        )
+        ex = summary["pipeline_ex"]
+        record["val/pipeline_ex"] = ex
+        record["val/generator_ex"] = summary["generator_ex"]
+        record["val/retriever_recall"] = summary["retriever_recall"]
+        if self.state.best_eval is None or ex > self.state.best_eval:
+            self.state.best_eval, self.state.best_step = ex, self.state.step
+            self._save_model(self.out_dir / "best")
+
+    # ------------------------------------------------------------ checkpoints and outs
+
+    def save_checkpoint(self) -> Path:
+        """Model, optimizer, scheduler, pool, RNG states, step and history; atomically."""
+        final = self.ckpt_root / f"step-{self.state.step:06d}"
+        tmp = self.ckpt_root / f".tmp-{final.name}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.model.save_pretrained(tmp / "model", safe_serialization=True)
+        torch.save(
+            {
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "rng": {
+                    "torch": torch.get_rng_state(),
+                    "python": random.getstate(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                },
+            },
+            tmp / "trainer.pt",
+        )
+        self.pool.save(tmp / "pool.json")
+        self._flush_metrics()
+        state = dict(self.state.__dict__)
+        (tmp / "state.json").write_text(json.dumps(state))  # written last: marks it complete
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        for old in sorted(self.ckpt_root.glob("step-*"))[:-KEEP_CHECKPOINTS]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def _resume(self) -> int:
+        found = latest_checkpoint(self.ckpt_root, self.state.fingerprint)
+        if not found:
+            return 0
+        path, state = found
+        from safetensors.torch import load_file
+
+        weights = {}
+        for f in sorted((path / "model").glob("*.safetensors")):
+            weights.update(load_file(f, device=str(self.device)))
+        missing, _ = self.model.load_state_dict(weights, strict=False)
+        if any(not k.endswith("lm_head.weight") for k in missing):  # tied heads are not saved
+            raise RuntimeError(f"checkpoint {path} lacks weights: {missing[:3]}")
+        trainer = torch.load(path / "trainer.pt", weights_only=False)
+        self.optimizer.load_state_dict(trainer["optimizer"])
+        self.scheduler.load_state_dict(trainer["scheduler"])
+        torch.set_rng_state(trainer["rng"]["torch"])
+        random.setstate(trainer["rng"]["python"])
+        if trainer["rng"]["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(trainer["rng"]["cuda"])
+        self.pool = EmpiricalPool.load(path / "pool.json")
+        self.state = RunState(**state)
+        return self.state.step
+
+    def _flush_metrics(self) -> None:
+        for record in self._pending:
+            metrics = {f"grpo/{k}": v for k, v in record.items() if k != "step"}
+            self.tracker.log_metrics(metrics, step=record["step"])
+        self._pending = []
+
+    def _snapshot_pool(self) -> None:
+        path = self.out_dir / "pool" / f"step-{self.state.step:06d}.json"
+        self.pool.save(path)
+        self.tracker.log_artifact(path)
+
+    def _save_model(self, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(out, safe_serialization=True)
+        self.tokenizer.save_pretrained(out)
+
+    def _save_final(self) -> None:
+        self._save_model(self.out_dir)
+        self.pool.save(self.out_dir / "pool.json")
+        with (self.out_dir / "steps.jsonl").open("w") as fh:
+            for record in self.state.history:
+                fh.write(json.dumps(record) + "\n")
+        if self.state.history:
+            from acesql.rl.plots import curves_figure
+
+            fig = curves_figure(self.state.history)
+            fig.savefig(self.out_dir / "curves.png", dpi=110)
+            self.tracker.log_figure(fig, "plots/grpo_curves.png")
+
+    def summary(self, stop_reason: str = "steps", resumed_from: int = 0) -> dict:
+        h = self.state.history
+        first, last = h[:5], h[-5:]
+
+        def mean(rows, key):
+            vals = [r[key] for r in rows if key in r]
+            return round(sum(vals) / len(vals), 4) if vals else None
+
+        return {
+            "steps": self.state.step,
+            "planned_steps": self.total_steps,
+            "stop_reason": stop_reason,
+            "questions": len(self.examples),
+            "resumed_from_step": resumed_from,
+            "train_seconds": round(self.state.elapsed_s, 1),
+            "best_val_pipeline_ex": self.state.best_eval,
+            "best_step": self.state.best_step,
+            **{
+                f"{role}_{what}_{span}": mean(rows, f"{role}/{what}")
+                for role in ROLES
+                for what in ("reward_mean", "match_rate")
+                for span, rows in (("first5", first), ("last5", last))
+            },
+            "mean_conflict_ratio": mean(h, "conflict_ratio"),
+            "pool": self.pool.stats(),
+        }
+
+    def close(self) -> None:
+        self.executor.executor.close()
+        self.engine.close()
+
+
+def run_fingerprint(model_dir, seed: int, cfg, examples: list[Example], pool: EmpiricalPool) -> str:
+    """What makes two runs the same run; settings that only pace or log it are left out."""
+    paced = {"time_budget_minutes", "checkpoint_every", "eval_every", "pool_snapshot_every"}
+    settings = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in paced}
+    digest = hashlib.sha256(json.dumps([str(model_dir), seed, settings], sort_keys=True).encode())
+    for ex in examples:
+        digest.update(f"{ex.db_id}\0{ex.question}\0{ex.sql}".encode())
+    digest.update(json.dumps(pool.to_dict(), sort_keys=True).encode())
+    return digest.hexdigest()[:16]
+
+
+def latest_checkpoint(root: Path, fingerprint: str | None = None) -> tuple[Path, dict] | None:
+    """The newest complete checkpoint (of this very run when `fingerprint` is given)."""
+    for path in sorted(Path(root).glob("step-*"), reverse=True):
+        state_file = path / "state.json"
+        if not state_file.is_file():
+            continue
+        state = json.loads(state_file.read_text())
+        if fingerprint is None or state.get("fingerprint") == fingerprint:
+            return path, state
+    return None
+
+
+def _mix(a: dict, b: dict, key: str) -> float:
+    n = a["tokens"] + b["tokens"]
+    return (a[key] * a["tokens"] + b[key] * b["tokens"]) / n if n else 0.0
+
+
+def _collate(seqs: list[Sequence], pad_id: int, device) -> tuple[torch.Tensor, ...]:
+    width = max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.bool)
+    for row, s in enumerate(seqs):
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        ids[row, : p + c] = torch.tensor(s.prompt_ids + s.completion_ids)
+        attn[row, : p + c] = 1
+        mask[row, p : p + c] = True
+    return ids.to(device), attn.to(device), mask.to(device)

@@ -1,0 +1,94 @@
+"""The `grpo` stage: joint dual-role GRPO from the SFT model (ACE-SQL, seed 000 section 3.3).
+
+    python -m acesql.stages.grpo [--params params.yaml]
+
+Reads `base`, `base_model`, `prompt` and `grpo`; `{models_dir}/sft`, `{data_dir}/rl/train.jsonl`
+and `{data_dir}/rl/initial_pool.json`; validates on a fixed slice of the prepared
+`grpo.eval_split`. Writes the model to `{models_dir}/grpo` (the best validated one under
+`best/`, checkpoints under `checkpoints/`, pool snapshots under `pool/`, per-step records in
+`steps.jsonl`, curves in `curves.png`) and `{models_dir}/grpo_metrics.json`. A killed run
+resumes from its last checkpoint, in the same MLflow run.
+"""
+
+from __future__ import annotations
+
+from acesql.data.filtering import filter_examples
+from acesql.data.loaders import read_prepared
+from acesql.errors import DataError
+from acesql.stages.common import run_stage, write_metrics
+
+SECTIONS = ("base", "base_model", "prompt", "grpo")
+
+
+def _inputs(s: dict):
+    from acesql.rl.pool import EmpiricalPool
+
+    base = s["base"]
+    model_dir = base.models_dir / "sft"
+    if not model_dir.is_dir():
+        raise DataError(f"{model_dir} not found: run the sft stage first (dvc repro sft)")
+    rl_dir = base.data_dir / "rl"
+    if not (rl_dir / "train.jsonl").is_file():
+        raise DataError(f"{rl_dir / 'train.jsonl'} not found: run dvc repro rl_data first")
+    examples = read_prepared(rl_dir / "train.jsonl")
+    if not examples:
+        raise DataError(
+            f"{rl_dir / 'train.jsonl'} holds no question: the SFT model solved every rolled-out "
+            "question always or never (see data/rl_metrics.json); widen rl_data's bounds or "
+            "roll out more questions"
+        )
+    pool = EmpiricalPool.load(rl_dir / "initial_pool.json")
+    pool.gamma = s["grpo"].gamma
+    return model_dir, examples, pool
+
+
+def _resume_run(s: dict) -> str | None:
+    from acesql.rl.trainer import latest_checkpoint, run_fingerprint
+
+    try:
+        model_dir, examples, pool = _inputs(s)
+    except DataError:
+        return None
+    fp = run_fingerprint(model_dir, s["base"].seed, s["grpo"], examples, pool)
+    found = latest_checkpoint(s["base"].models_dir / "grpo" / "checkpoints", fp)
+    return found[1].get("tracker_run_id") if found else None
+
+
+def work(s: dict, tracker) -> dict:
+    from acesql.rl.trainer import GrpoTrainer
+
+    base, cfg = s["base"], s["grpo"]
+    model_dir, examples, pool = _inputs(s)
+    eval_examples = []
+    eval_path = base.data_dir / "prepared" / f"{cfg.eval_split}.jsonl"
+    if eval_path.is_file():
+        eval_examples = filter_examples(
+            read_prepared(eval_path), max_examples=cfg.eval_questions, seed=base.seed
+        )
+    trainer = GrpoTrainer(
+        model_dir,
+        examples,
+        pool,
+        base.models_dir / "grpo",
+        cfg,
+        seed=base.seed,
+        reasoning=s["base_model"].reasoning,
+        sample_values=s["prompt"].sample_values,
+        eval_examples=eval_examples,
+        tracker=tracker,
+    )
+    trainer.state.tracker_run_id = tracker.run_id
+    try:
+        summary = trainer.train()
+    finally:
+        trainer.close()
+    write_metrics(base.models_dir / "grpo_metrics.json", summary)
+    return summary
+
+
+def main(argv=None) -> None:
+    run_stage("grpo", __doc__, SECTIONS, work, argv, resume_run=_resume_run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""The `rl_data` stage: the questions GRPO trains on, and the empirical pool's seed.
+
+    python -m acesql.stages.rl_data [--params params.yaml]
+
+Reads `base`, `base_model`, `prompt` and `rl_data`; the SFT model in `{models_dir}/sft` and
+`{data_dir}/prepared/train.jsonl`. Rolls the SFT model out on each question (retriever
+samples, their union as the schema, generator samples on it) and keeps the questions it
+solves only sometimes. Writes `{data_dir}/rl/train.jsonl` (prepared-example records),
+`{data_dir}/rl/initial_pool.json` and `{data_dir}/rl_metrics.json`, also logged to MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tqdm import tqdm
+
+from acesql.data.filtering import filter_examples
+from acesql.data.loaders import read_prepared
+from acesql.errors import ConfigError, DataError
+from acesql.stages.common import run_stage, write_metrics
+from acesql.tracking import flatten
+
+
+def work(s: dict, tracker) -> dict:
+    from acesql.models.base_model import load_tokenizer
+    from acesql.models.engine import load_engine
+    from acesql.models.prompts import PromptBuilder
+    from acesql.rl.data import build_rl_data
+    from acesql.sft.data import SchemaCache
+    from acesql.sql.executor import BatchExecutor
+
+    base, cfg = s["base"], s["rl_data"]
+    if not 0 <= cfg.min_correct <= cfg.max_correct <= cfg.generator_samples:
+        raise ConfigError(
+            "rl_data needs 0 <= min_correct <= max_correct <= generator_samples; got "
+            f"{cfg.min_correct}, {cfg.max_correct}, {cfg.generator_samples}"
+        )
+    model_dir = base.models_dir / "sft"
+    if not model_dir.is_dir():
+        raise DataError(f"{model_dir} not found: run the sft stage first (dvc repro sft)")
+    examples = read_prepared(base.data_dir / "prepared" / "train.jsonl")
+    examples = filter_examples(
+        examples, complexities=cfg.complexities, max_examples=cfg.max_questions, seed=base.seed
+    )
+    if not examples:
+        raise DataError("no train question left after rl_data.complexities / max_questions")
+    gen = cfg.generation
+    prompts = PromptBuilder(
+        load_tokenizer(model_dir), s["base_model"].reasoning, s["prompt"].sample_values
+    )
+    engine = load_engine(gen.engine, model_dir, batch_size=gen.batch_size)
+    bar = tqdm(total=len(examples), desc="rl_data", unit="question")
+    try:
+        with BatchExecutor(timeout_s=cfg.timeout_s) as executor:
+            kept, pool, stats = build_rl_data(
+                examples,
+                engine,
+                prompts,
+                SchemaCache(s["prompt"].sample_values),
+                executor,
+                n_retriever=cfg.retriever_samples,
+                n_generator=cfg.generator_samples,
+                min_correct=cfg.min_correct,
+                max_correct=cfg.max_correct,
+                temperature=gen.temperature,
+                top_p=gen.top_p,
+                max_new_tokens=gen.max_new_tokens,
+                max_prompt_tokens=s["prompt"].max_prompt_tokens,
+                seed=base.seed,
+                progress=bar.update,
+            )
+    finally:
+        bar.close()
+        engine.close()
+    out = base.data_dir / "rl"
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "train.jsonl").open("w") as fh:
+        for ex in kept:
+            fh.write(json.dumps(ex.to_dict(), ensure_ascii=False) + "\n")
+    pool.save(out / "initial_pool.json")
+    metrics = {
+        "retriever_samples": cfg.retriever_samples,
+        "generator_samples": cfg.generator_samples,
+        "bounds": [cfg.min_correct, cfg.max_correct],
+        **stats.to_dict(),
+    }
+    write_metrics(base.data_dir / "rl_metrics.json", metrics)
+    tracker.log_metrics(
+        {f"rl_data/{k}": v for k, v in flatten(metrics).items() if isinstance(v, int | float)}
+    )
+    tracker.log_artifact(out / "initial_pool.json")
+    return metrics
+
+
+def main(argv=None) -> None:
+    run_stage("rl_data", __doc__, ("base", "base_model", "prompt", "rl_data"), work, argv)
+
+
+if __name__ == "__main__":
+    main()

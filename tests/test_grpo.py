@@ -1,0 +1,336 @@
+"""The GRPO trainer and the rl_data / grpo stages, on a tiny random model.
+
+A scripted engine stands in for sampling where a test needs known outputs (a random model's
+SQL never executes correctly, so every reward would be 0); it returns real token ids, so the
+update runs the same code as with a real model.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+
+from acesql.config import GrpoSection
+from acesql.data.loaders import load_dataset
+from acesql.models.engine import Completion
+from acesql.rl.pool import EmpiricalPool
+from acesql.rl.rollout import question_key
+from acesql.rl.trainer import GrpoTrainer, question_order
+
+
+@pytest.fixture(scope="module")
+def examples(synth_dir):
+    return load_dataset(synth_dir, "synth", "train").examples[:4]
+
+
+class ScriptedEngine:
+    """Every `right_every`-th sample answers right (gold columns / gold SQL); None: none do."""
+
+    def __init__(self, examples, tokenizer, right_every=2):
+        self.examples = examples
+        self.tokenizer = tokenizer
+        self.right_every = right_every
+        self.weight_updates = 0
+
+    def _completion(self, text):
+        ids = self.tokenizer(text, add_special_tokens=False).input_ids + [
+            self.tokenizer.eos_token_id
+        ]
+        return Completion(text, ids, [-1.0] * len(ids), "stop")
+
+    def generate(self, prompts, n=1, **kw):
+        out = []
+        for p in prompts:
+            ex = next(e for e in self.examples if e.question in p)
+            if "schema linking" in p:
+                good = "```\n[" + ", ".join(ex.gold_columns) + "]\n```"
+                bad = "```\n[" + ex.gold_columns[0] + "]\n```" if len(ex.gold_columns) > 1 else "?"
+            else:
+                good, bad = f"```sql\n{ex.sql}\n```", "```sql\nSELECT 1 WHERE 0\n```"
+            out.append([self._completion(good if self._right(i) else bad) for i in range(n)])
+        return out
+
+    def _right(self, i):
+        return self.right_every is not None and i % self.right_every == 0
+
+    def update_weights(self, model):
+        self.weight_updates += 1
+
+    def close(self):
+        pass
+
+
+def _cfg(**over):
+    base = dict(
+        learning_rate=1e-3,
+        warmup_ratio=0.0,
+        epochs=1,
+        questions_per_step=2,
+        samples=4,
+        micro_batch_size=4,
+        eval_every=100,
+        checkpoint_every=100,
+        pool_snapshot_every=100,
+        generation={"max_new_tokens": 16, "batch_size": 8},
+    )
+    base.update(over)
+    return GrpoSection(**base)
+
+
+def _pool(examples):
+    pool = EmpiricalPool()
+    for ex in examples:
+        pool.seed(question_key(ex), [ex.gold_columns])
+    return pool
+
+
+def _trainer(tiny_model_dir, examples, tmp_path, cfg, engine_right_every=2):
+    return GrpoTrainer(
+        tiny_model_dir,
+        examples,
+        _pool(examples),
+        tmp_path / "grpo",
+        cfg,
+        progress=False,
+        engine_factory=lambda model, tok: ScriptedEngine(examples, tok, engine_right_every),
+    )
+
+
+def test_question_order_is_deterministic_and_covers_epochs():
+    steps = question_order(5, 2, 2, seed=0)
+    assert steps == question_order(5, 2, 2, seed=0)
+    flat = [i for s in steps for i in s]
+    assert (
+        len(flat) == 10
+        and sorted(flat[:5]) == [0, 1, 2, 3, 4]
+        and sorted(flat[5:]) == [0, 1, 2, 3, 4]
+    )
+    assert [len(s) for s in steps] == [2, 2, 2, 2, 2]
+    assert len([i for s in question_order(4, 3, 0.5, 1) for i in s]) == 2
+
+
+def test_one_step_rewards_pool_and_update(tiny_model_dir, examples, tmp_path):
+    trainer = _trainer(tiny_model_dir, examples, tmp_path, _cfg(schedule=False))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    record = trainer.step()
+    # half of each group is right: rewards 1 for even samples, 0 for odd ones
+    assert record["generator/match_rate"] == 0.5
+    assert record["generator/reward_mean"] == 0.5
+    assert record["retriever/match_rate"] == pytest.approx(0.5)  # gold set is the pool target
+    assert record["lambda"] == 1.0 and record["updated"] == 1.0
+    assert record["retriever/flat_groups"] == 0.0
+    assert record["generator/update_tokens"] > 0 and record["retriever/update_tokens"] > 0
+    assert 0 <= record["conflict_ratio"] <= 1 and -1 <= record["grad_cosine"] <= 1
+    assert record["kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference before the step
+    changed = sum(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    assert changed > 0
+    # the pool: the gold set seeded with 1, decayed to 0.5, plus the 2 matched gold SQLs
+    key = question_key(trainer.examples[trainer.steps[0][0]])
+    assert trainer.pool.weights(key) == {
+        frozenset(trainer.examples[trainer.steps[0][0]].gold_columns): 2.5
+    }
+    # a second step sees a KL above zero now that the policy moved
+    record2 = trainer.step()
+    assert record2["kl"] > 0
+    trainer.close()
+
+
+def test_schedule_zero_lambda_means_retriever_only(tiny_model_dir, examples, tmp_path):
+    trainer = _trainer(tiny_model_dir, examples, tmp_path, _cfg(schedule=True))
+    record = trainer.step()
+    assert record["lambda"] == 0.0
+    assert record["generator/update_tokens"] == 0 and record["generator/grad_norm"] == 0.0
+    assert record["retriever/grad_norm"] > 0
+    trainer.close()
+
+
+def test_all_wrong_groups_are_flat_and_can_be_skipped(tiny_model_dir, examples, tmp_path):
+    trainer = _trainer(
+        tiny_model_dir, examples, tmp_path, _cfg(skip_flat_groups=True), engine_right_every=None
+    )
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    record = trainer.step()
+    assert record["generator/flat_groups"] == record["retriever/flat_groups"] == 1.0
+    assert record["generator/reward_mean"] == record["retriever/reward_mean"] == 0.0
+    assert record["generator/update_tokens"] == record["retriever/update_tokens"] == 0
+    assert record["updated"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    trainer.close()
+
+
+def test_pcgrad_switch_changes_the_update(tiny_model_dir, examples, tmp_path):
+    finals = {}
+    for on in (True, False):
+        trainer = _trainer(
+            tiny_model_dir, examples, tmp_path / str(on), _cfg(schedule=False, pcgrad=on, beta=0.0)
+        )
+        record = trainer.step()
+        finals[on] = ([p.detach().clone() for p in trainer.model.parameters()], record)
+        trainer.close()
+    assert finals[True][1]["conflict_ratio"] == finals[False][1]["conflict_ratio"]
+    if finals[True][1]["conflict_ratio"] > 0:
+        assert any(not torch.equal(a, b) for a, b in zip(finals[True][0], finals[False][0]))
+
+
+def test_train_writes_outputs_and_checkpoints(tiny_model_dir, examples, tmp_path):
+    cfg = _cfg(checkpoint_every=1, pool_snapshot_every=1, eval_every=1, max_steps=2)
+    trainer = GrpoTrainer(
+        tiny_model_dir,
+        examples,
+        _pool(examples),
+        tmp_path / "grpo",
+        cfg,
+        progress=False,
+        eval_examples=examples[:2],
+        engine_factory=lambda model, tok: ScriptedEngine(examples, tok),
+    )
+    summary = trainer.train()
+    trainer.close()
+    out = tmp_path / "grpo"
+    assert summary["steps"] == 2 and summary["stop_reason"] == "steps"
+    assert (out / "model.safetensors").is_file() and (out / "best" / "model.safetensors").is_file()
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [1, 2]
+    assert "val/pipeline_ex" in steps[0]
+    assert (out / "curves.png").stat().st_size > 1000
+    assert sorted(p.name for p in (out / "pool").iterdir()) == [
+        "step-000001.json",
+        "step-000002.json",
+    ]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000001", "step-000002"]
+    assert EmpiricalPool.load(out / "pool.json").to_dict() == trainer.pool.to_dict()
+
+
+# ------------------------------------------------------------------- the stages, killed
+
+
+def _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo):
+    import shutil
+
+    from acesql.data.loaders import load_dataset
+
+    models, data = tmp_path / "models", tmp_path / "data"
+    shutil.copytree(tiny_model_dir, models / "sft")
+    (data / "prepared").mkdir(parents=True)
+    dev = load_dataset(synth_dir, "synth", "dev").examples[:2]
+    (data / "prepared" / "dev.jsonl").write_text(
+        "".join(json.dumps(e.to_dict()) + "\n" for e in dev)
+    )
+    (data / "prepared" / "train.jsonl").write_text(
+        "".join(json.dumps(e.to_dict()) + "\n" for e in examples)
+    )
+    params = {
+        "base": {
+            "data_dir": str(data),
+            "models_dir": str(models),
+            "results_dir": str(tmp_path / "results"),
+            "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        },
+        "rl_data": {
+            "retriever_samples": 2,
+            "generator_samples": 2,
+            "min_correct": 0,
+            "max_correct": 2,
+            "generation": {"max_new_tokens": 8},
+        },
+        "grpo": grpo,
+    }
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def _run(module, params, **kw):
+    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", TOKENIZERS_PARALLELISM="false")
+    return subprocess.Popen(
+        [sys.executable, "-m", module, "--params", str(params)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kw,
+    )
+
+
+def test_rl_data_stage_keeps_bounded_questions(tmp_path, tiny_model_dir, synth_dir, examples):
+    params = _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, {})
+    proc = _run("acesql.stages.rl_data", params)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    metrics = json.loads((tmp_path / "data" / "rl_metrics.json").read_text())
+    assert metrics["considered"] == len(examples)
+    # a random model never matches: 0 correct of 2 is inside [0, 2] but seeds no column set
+    assert sum(metrics["correct_histogram"].values()) + sum(metrics["dropped"].values()) >= len(
+        examples
+    )
+    assert (tmp_path / "data" / "rl" / "train.jsonl").is_file()
+    EmpiricalPool.load(tmp_path / "data" / "rl" / "initial_pool.json")
+    # bounds that cannot hold are refused with one message
+    bad = yaml.safe_load(params.read_text())
+    bad["rl_data"]["min_correct"] = 3
+    params.write_text(yaml.safe_dump(bad))
+    proc = _run("acesql.stages.rl_data", params)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "min_correct <= max_correct" in err
+
+
+def test_grpo_stage_resumes_after_sigkill(tmp_path, tiny_model_dir, synth_dir, examples):
+    grpo = dict(
+        epochs=3,
+        questions_per_step=2,
+        samples=2,
+        learning_rate=1e-4,
+        checkpoint_every=1,
+        eval_every=3,
+        eval_questions=2,
+        pool_snapshot_every=2,
+        generation={"max_new_tokens": 12, "batch_size": 8},
+    )
+    params = _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo)
+    rl = tmp_path / "data" / "rl"
+    rl.mkdir(parents=True)
+    (rl / "train.jsonl").write_text("".join(json.dumps(e.to_dict()) + "\n" for e in examples))
+    _pool(examples).save(rl / "initial_pool.json")
+    ckpts = tmp_path / "models" / "grpo" / "checkpoints"
+
+    proc = _run("acesql.stages.grpo", params)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (ckpts / "step-000002" / "state.json").is_file():
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = max(
+        int(p.name.split("-")[1]) for p in ckpts.glob("step-*") if (p / "state.json").is_file()
+    )
+    assert 2 <= killed_at < 6
+    pool_at_kill = EmpiricalPool.load(ckpts / f"step-{killed_at:06d}" / "pool.json").to_dict()
+
+    proc = _run("acesql.stages.grpo", params)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    summary = json.loads((tmp_path / "models" / "grpo_metrics.json").read_text())
+    assert summary["resumed_from_step"] == killed_at and summary["steps"] == 6
+    lines = (tmp_path / "models" / "grpo" / "steps.jsonl").read_text().splitlines()
+    steps = [json.loads(line)["step"] for line in lines]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    state = json.loads((ckpts / "step-000006" / "state.json").read_text())
+    assert state["history"][killed_at - 1]["step"] == killed_at
+    # the resumed run continued from the checkpoint's pool: same questions, weights decayed on
+    resumed_pool = EmpiricalPool.load(tmp_path / "models" / "grpo" / "pool.json")
+    assert set(resumed_pool.questions()) >= set(pool_at_kill["questions"])
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("acesql")
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.stage = 'grpo'")
+    assert len(runs) == 1  # the resumed attempt reopened the killed run
+    history = client.get_metric_history(runs[0].info.run_id, "grpo/lambda")
+    assert sorted(m.step for m in history) == [1, 2, 3, 4, 5, 6]  # each step exactly once
