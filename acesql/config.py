@@ -310,7 +310,7 @@ class GrpoSection(Section):
 class EvaluateSection(Section):
     """The `evaluate` stage: greedy pipeline EX and generator ability."""
 
-    model: str = Field("models/sft", description="Model folder to evaluate.")
+    model: str = Field("models/grpo", description="Model folder to evaluate.")
     splits: list[str] = Field(
         ["dev", "test_ood"], description="Prepared splits to evaluate (data/prepared/*.jsonl)."
     )

@@ -28,7 +28,6 @@ import math
 import random
 import shutil
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,29 +37,17 @@ from tqdm import tqdm
 
 from acesql.data.loaders import Example
 from acesql.errors import SqlParseError
-from acesql.models.logits import token_logprobs
 from acesql.models.prompts import PromptBuilder
 from acesql.rl.advantages import group_advantages
-from acesql.rl.loss import grpo_loss
-from acesql.rl.pcgrad import pcgrad_
 from acesql.rl.pool import EmpiricalPool
 from acesql.rl.rewards import dense_retriever_reward, generator_reward, retriever_reward
 from acesql.rl.rollout import QuestionRollout, rollout
 from acesql.rl.schedule import generator_weight
+from acesql.rl.update import ROLES, DualRoleUpdate, Sequence
 from acesql.sft.data import SchemaCache, gold_columns
 from acesql.tracking import NullTracker, Tracker
 
 KEEP_CHECKPOINTS = 2
-ROLES = ("retriever", "generator")
-
-
-@dataclass
-class Sequence:
-    """One sampled output, ready to be scored: prompt ids + completion ids and its advantage."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    advantage: float
 
 
 @dataclass
@@ -164,8 +151,19 @@ class GrpoTrainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
         )
-        self.autocast = torch.autocast(
-            self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16_autocast
+        self.update = DualRoleUpdate(
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self.ref,
+            clip_eps=cfg.clip_eps,
+            beta=cfg.beta,
+            grad_clip=cfg.grad_clip,
+            pcgrad=cfg.pcgrad,
+            granularity=cfg.pcgrad_granularity,
+            micro_batch_size=cfg.micro_batch_size,
+            pad_id=self.tokenizer.pad_token_id,
+            bf16_autocast=cfg.bf16_autocast,
         )
         gen = cfg.generation
         if engine_factory is not None:
@@ -185,7 +183,6 @@ class GrpoTrainer:
 
             self.engine = load_engine(gen.engine, model_dir, batch_size=gen.batch_size)
         self.executor = _TimedExecutor(BatchExecutor(timeout_s=cfg.timeout_s))
-        self._ret_grads: list[torch.Tensor | None] | None = None  # the one extra copy
         self.state = RunState(fingerprint=run_fingerprint(model_dir, seed, cfg, examples, pool))
         self._pending: list[dict] = []  # step records not yet sent to the tracker
 
@@ -260,7 +257,7 @@ class GrpoTrainer:
         seqs, adv_stats = self._sequences(rollouts, rewards)
 
         t1 = time.monotonic()
-        update = self._update(seqs, lam)
+        update = self.update(seqs, lam)
         t_update = time.monotonic() - t1
         self.engine.update_weights(self.model)
         self.state.step = step
@@ -380,93 +377,6 @@ class GrpoTrainer:
                         seqs[role].append(Sequence(ids(prompt), list(c.token_ids), a))
             stats[f"{role}/flat_groups"] = flat / max(len(rollouts), 1)
         return seqs, stats
-
-    # --------------------------------------------------------------------- the update
-
-    def _update(self, seqs: dict[str, list[Sequence]], lam: float) -> dict:
-        """Two losses, two backward passes, PCGrad, one optimizer step."""
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer.zero_grad(set_to_none=True)
-        ret = self._backward(seqs["retriever"], 1.0)
-        g_ret: list[torch.Tensor | None] = [None] * len(params)
-        if seqs["retriever"]:
-            if self._ret_grads is None:
-                self._ret_grads = [None] * len(params)
-            for i, p in enumerate(params):
-                if p.grad is None:
-                    continue
-                if self._ret_grads[i] is None:  # allocated once, reused every step
-                    self._ret_grads[i] = torch.empty_like(p)
-                self._ret_grads[i].copy_(p.grad)
-                p.grad.zero_()
-                g_ret[i] = self._ret_grads[i]
-        gen = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "tokens": 0}
-        if lam > 0 and seqs["generator"]:
-            gen = self._backward(seqs["generator"], lam)
-        for p, r in zip(params, g_ret):  # a parameter only the retriever reached needs a .grad
-            if p.grad is None and r is not None:
-                p.grad = torch.zeros_like(p)
-        stats = pcgrad_(
-            g_ret,
-            [p.grad for p in params],
-            granularity=self.cfg.pcgrad_granularity,
-            project=self.cfg.pcgrad,
-        )
-        stepped = any(p.grad is not None for p in params)
-        grad_norm = 0.0
-        if stepped:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip))
-            self.optimizer.step()
-        with warnings.catch_warnings():  # a step without an update still advances the schedule
-            warnings.simplefilter("ignore", UserWarning)
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return {
-            "retriever/loss": ret["loss"],
-            "generator/loss": gen["loss"],
-            "retriever/kl": ret["kl"],
-            "generator/kl": gen["kl"],
-            "kl": _mix(ret, gen, "kl"),
-            "clip_fraction": _mix(ret, gen, "clip_fraction"),
-            "retriever/grad_norm": stats.norm_ret,
-            "generator/grad_norm": stats.norm_gen,  # of lambda * g_gen, as combined
-            "grad_cosine": stats.cosine,
-            "conflict_ratio": stats.conflict_ratio,
-            "grad_norm": grad_norm,
-            "updated": float(stepped),
-            "retriever/update_tokens": ret["tokens"],
-            "generator/update_tokens": gen["tokens"],
-        }
-
-    def _backward(self, seqs: list[Sequence], weight: float) -> dict:
-        """Back-propagate `weight` x the role's token-mean loss, micro-batch by micro-batch."""
-        total = sum(len(s.completion_ids) for s in seqs)
-        out = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "tokens": total}
-        if not seqs:
-            return out
-        mb = self.cfg.micro_batch_size
-        order = sorted(
-            range(len(seqs)), key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].completion_ids)
-        )
-        for start in range(0, len(order), mb):
-            chunk = [seqs[i] for i in order[start : start + mb]]
-            ids, attn, mask = _collate(chunk, self.tokenizer.pad_token_id, self.device)
-            adv = torch.tensor([s.advantage for s in chunk], device=self.device)
-            with self.autocast:
-                logp = token_logprobs(self.model, ids, attn, mask)
-                ref = None
-                if self.ref is not None:
-                    with torch.no_grad():
-                        ref = token_logprobs(self.ref, ids, attn, mask)
-            loss, st = grpo_loss(
-                logp, logp.detach(), adv, mask, ref, clip_eps=self.cfg.clip_eps, beta=self.cfg.beta
-            )
-            share = st.n_tokens / total
-            (loss * share * weight).backward()
-            out["loss"] += st.loss * share
-            out["kl"] += st.kl * share
-            out["clip_fraction"] += st.clip_fraction * share
-        return out
 
     # ------------------------------------------------------------------ evaluation
 
@@ -627,21 +537,3 @@ def latest_checkpoint(root: Path, fingerprint: str | None = None) -> tuple[Path,
         if fingerprint is None or state.get("fingerprint") == fingerprint:
             return path, state
     return None
-
-
-def _mix(a: dict, b: dict, key: str) -> float:
-    n = a["tokens"] + b["tokens"]
-    return (a[key] * a["tokens"] + b[key] * b["tokens"]) / n if n else 0.0
-
-
-def _collate(seqs: list[Sequence], pad_id: int, device) -> tuple[torch.Tensor, ...]:
-    width = max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), width), dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.bool)
-    for row, s in enumerate(seqs):
-        p, c = len(s.prompt_ids), len(s.completion_ids)
-        ids[row, : p + c] = torch.tensor(s.prompt_ids + s.completion_ids)
-        attn[row, : p + c] = 1
-        mask[row, p : p + c] = True
-    return ids.to(device), attn.to(device), mask.to(device)

@@ -1,0 +1,169 @@
+"""The dual-role update: two losses, two backward passes, PCGrad, one optimizer step.
+
+    update = DualRoleUpdate(model, optimizer, scheduler, ref_model, clip_eps=0.2, beta=0.001)
+    stats = update({"retriever": [Sequence(...), ...], "generator": [...]}, lam=0.5)
+
+1. the retriever's token-mean loss is back-propagated; its gradient is copied into a buffer
+   (allocated once, reused every step: the only extra gradient copy);
+2. lambda x the generator's loss is back-propagated into the now-zeroed `.grad`;
+3. PCGrad combines the two in place in `.grad` (`acesql.rl.pcgrad.pcgrad_`);
+4. the global grad norm is clipped and the optimizer steps once.
+
+Old-policy log-probs are the current ones, detached: one update per rollout (see the
+trainer's doc). With lambda 0 the generator's backward pass is skipped: its gradient is zero.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from acesql.models.logits import token_logprobs
+from acesql.rl.loss import grpo_loss
+from acesql.rl.pcgrad import pcgrad_
+
+ROLES = ("retriever", "generator")
+
+
+@dataclass
+class Sequence:
+    """One sampled output, ready to be scored: prompt ids + completion ids and its advantage."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    advantage: float
+
+
+class DualRoleUpdate:
+    def __init__(
+        self,
+        model,
+        optimizer,
+        scheduler=None,
+        ref_model=None,
+        *,
+        clip_eps: float = 0.2,
+        beta: float = 0.001,
+        grad_clip: float = 1.0,
+        pcgrad: bool = True,
+        granularity: str = "tensor",
+        micro_batch_size: int = 8,
+        pad_id: int = 0,
+        bf16_autocast: bool = True,
+    ):
+        self.model, self.optimizer, self.scheduler, self.ref = (
+            model,
+            optimizer,
+            scheduler,
+            ref_model,
+        )
+        self.clip_eps, self.beta, self.grad_clip = clip_eps, beta, grad_clip
+        self.pcgrad, self.granularity = pcgrad, granularity
+        self.micro_batch_size, self.pad_id = micro_batch_size, pad_id
+        self.device = next(model.parameters()).device
+        self.autocast = torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=bf16_autocast
+        )
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self._ret_grads: list[torch.Tensor | None] = [None] * len(self.params)
+
+    def __call__(self, seqs: dict[str, list[Sequence]], lam: float) -> dict:
+        params = self.params
+        self.optimizer.zero_grad(set_to_none=True)
+        ret = self.backward(seqs["retriever"], 1.0)
+        g_ret: list[torch.Tensor | None] = [None] * len(params)
+        if seqs["retriever"]:
+            for i, p in enumerate(params):
+                if p.grad is None:
+                    continue
+                if self._ret_grads[i] is None:  # allocated once, reused every step
+                    self._ret_grads[i] = torch.empty_like(p)
+                self._ret_grads[i].copy_(p.grad)
+                p.grad.zero_()
+                g_ret[i] = self._ret_grads[i]
+        gen = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "tokens": 0}
+        if lam > 0 and seqs["generator"]:
+            gen = self.backward(seqs["generator"], lam)
+        for p, r in zip(params, g_ret):  # a parameter only the retriever reached needs a .grad
+            if p.grad is None and r is not None:
+                p.grad = torch.zeros_like(p)
+        stats = pcgrad_(
+            g_ret, [p.grad for p in params], granularity=self.granularity, project=self.pcgrad
+        )
+        stepped = any(p.grad is not None for p in params)
+        grad_norm = 0.0
+        if stepped:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.grad_clip))
+            self.optimizer.step()
+        if self.scheduler is not None:
+            with warnings.catch_warnings():  # a step without an update still moves the schedule
+                warnings.simplefilter("ignore", UserWarning)
+                self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {
+            "retriever/loss": ret["loss"],
+            "generator/loss": gen["loss"],
+            "retriever/kl": ret["kl"],
+            "generator/kl": gen["kl"],
+            "kl": _mix(ret, gen, "kl"),
+            "clip_fraction": _mix(ret, gen, "clip_fraction"),
+            "retriever/grad_norm": stats.norm_ret,
+            "generator/grad_norm": stats.norm_gen,  # of lambda * g_gen, as combined
+            "grad_cosine": stats.cosine,
+            "conflict_ratio": stats.conflict_ratio,
+            "grad_norm": grad_norm,
+            "updated": float(stepped),
+            "retriever/update_tokens": ret["tokens"],
+            "generator/update_tokens": gen["tokens"],
+        }
+
+    def backward(self, seqs: list[Sequence], weight: float) -> dict:
+        """Back-propagate `weight` x the role's token-mean loss, micro-batch by micro-batch."""
+        total = sum(len(s.completion_ids) for s in seqs)
+        out = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "tokens": total}
+        if not seqs:
+            return out
+        mb = self.micro_batch_size
+        order = sorted(
+            range(len(seqs)), key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].completion_ids)
+        )
+        for start in range(0, len(order), mb):
+            chunk = [seqs[i] for i in order[start : start + mb]]
+            ids, attn, mask = collate(chunk, self.pad_id, self.device)
+            adv = torch.tensor([s.advantage for s in chunk], device=self.device)
+            with self.autocast:
+                logp = token_logprobs(self.model, ids, attn, mask)
+                ref = None
+                if self.ref is not None and self.beta > 0:
+                    with torch.no_grad():
+                        ref = token_logprobs(self.ref, ids, attn, mask)
+            loss, st = grpo_loss(
+                logp, logp.detach(), adv, mask, ref, clip_eps=self.clip_eps, beta=self.beta
+            )
+            share = st.n_tokens / total
+            (loss * share * weight).backward()
+            out["loss"] += st.loss * share
+            out["kl"] += st.kl * share
+            out["clip_fraction"] += st.clip_fraction * share
+        return out
+
+
+def _mix(a: dict, b: dict, key: str) -> float:
+    n = a["tokens"] + b["tokens"]
+    return (a[key] * a["tokens"] + b[key] * b["tokens"]) / n if n else 0.0
+
+
+def collate(seqs: list[Sequence], pad_id: int, device) -> tuple[torch.Tensor, ...]:
+    """(input_ids, attention_mask, completion mask), right-padded."""
+    width = max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.bool)
+    for row, s in enumerate(seqs):
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        ids[row, : p + c] = torch.tensor(s.prompt_ids + s.completion_ids)
+        attn[row, : p + c] = 1
+        mask[row, p : p + c] = True
+    return ids.to(device), attn.to(device), mask.to(device)
