@@ -121,8 +121,8 @@ def test_a_section_is_checked_alone(tmp_path):
     assert load_section(path, "base").seed == 3
     with pytest.raises(ConfigError, match=r"data\.synth\.n_databases"):
         load_section(path, "data")
-    with pytest.raises(ConfigError, match=r"unknown params section 'grpo'"):
-        load_section(path, "grpo")
+    with pytest.raises(ConfigError, match=r"unknown params section 'policy_gradient'"):
+        load_section(path, "policy_gradient")
 
 
 @pytest.mark.parametrize(
