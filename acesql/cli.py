@@ -245,6 +245,12 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
 )
 @click.option("--batch-size", default=8, show_default=True)
 @click.option("--max-new-tokens", default=256, show_default=True)
+@click.option(
+    "--bf16/--no-bf16",
+    default=True,
+    show_default=True,
+    help="transformers engine: bf16 matrix products on fp32 weights.",
+)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False), help="Write metrics.json and rows.jsonl.")
 def evaluate_model(
@@ -260,6 +266,7 @@ def evaluate_model(
     engine,
     batch_size,
     max_new_tokens,
+    bf16,
     seed,
     out,
 ):
@@ -275,7 +282,8 @@ def evaluate_model(
     examples = load_dataset(dataset, fmt, split).examples
     examples = filter_examples(examples, max_examples=limit, seed=seed)
     prompts = PromptBuilder(load_tokenizer(model), reasoning, sample_values)
-    rollout = load_engine(engine, model, batch_size=batch_size)
+    options = {"bf16_autocast": bf16} if engine == "transformers" else {}
+    rollout = load_engine(engine, model, batch_size=batch_size, **options)
     start = time.monotonic()
     with BatchExecutor() as executor:
         summary, rows = evaluate_examples(

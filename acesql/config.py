@@ -182,6 +182,9 @@ class GenerationSection(Section):
     max_new_tokens: int = Field(256, ge=1, description="Longest completion, in tokens.")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature (0: greedy).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    bf16_autocast: bool = Field(
+        True, description="transformers engine: bf16 matrix products on fp32 weights (faster)."
+    )
 
 
 class SftDataSection(Section):
@@ -285,6 +288,11 @@ class GrpoSection(Section):
     )
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm of the update.")
     micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward.")
+    share_prompts: bool = Field(
+        True,
+        description="Score a prompt's N outputs on one pass over the prompt (same numbers, "
+        "far less compute for long schemas); off: every sequence in full.",
+    )
     skip_flat_groups: bool = Field(
         False,
         description="Leave out of the update groups whose rewards are all equal (advantage 0; "

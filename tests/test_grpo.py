@@ -334,3 +334,59 @@ def test_grpo_stage_resumes_after_sigkill(tmp_path, tiny_model_dir, synth_dir, e
     assert len(runs) == 1  # the resumed attempt reopened the killed run
     history = client.get_metric_history(runs[0].info.run_id, "grpo/lambda")
     assert sorted(m.step for m in history) == [1, 2, 3, 4, 5, 6]  # each step exactly once
+
+
+def test_grpo_stage_without_questions_keeps_the_sft_model(
+    tmp_path, tiny_model_dir, synth_dir, examples
+):
+    params = _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, {})
+    rl = tmp_path / "data" / "rl"
+    rl.mkdir(parents=True)
+    (rl / "train.jsonl").write_text("")
+    EmpiricalPool().save(rl / "initial_pool.json")
+    proc = _run("acesql.stages.grpo", params)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    assert "GRPO is skipped" in err
+    metrics = json.loads((tmp_path / "models" / "grpo_metrics.json").read_text())
+    assert metrics["stop_reason"] == "no_rl_questions" and metrics["steps"] == 0
+    sft = (tmp_path / "models" / "sft" / "model.safetensors").read_bytes()
+    assert (tmp_path / "models" / "grpo" / "model.safetensors").read_bytes() == sft
+
+
+def test_shared_prompt_update_equals_the_full_one(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from acesql.rl.update import DualRoleUpdate, Sequence
+
+    seqs = {
+        "retriever": [
+            Sequence(list(range(5, 30)), [40 + i, 41, 42][: 1 + i], a)
+            for i, a in enumerate((1.0, -0.5, -0.5))
+        ],
+        "generator": [
+            Sequence(list(range(7, 19)), [50, 51 + i], a) for i, a in enumerate((0.7, -0.7))
+        ],
+    }
+    results = []
+    for share in (True, False):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        ref = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        update = DualRoleUpdate(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            None,
+            ref,
+            beta=0.01,
+            bf16_autocast=False,
+            share_prompts=share,
+            micro_batch_size=2,
+        )
+        stats = update(seqs, 0.5)
+        results.append((stats, [p.detach().clone() for p in model.parameters()]))
+    (s1, p1), (s2, p2) = results
+    for key in ("retriever/loss", "generator/loss", "retriever/grad_norm", "conflict_ratio"):
+        assert s1[key] == pytest.approx(s2[key], rel=1e-4, abs=1e-6), key
+    for a, b in zip(p1, p2):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

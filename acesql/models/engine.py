@@ -72,3 +72,10 @@ def load_engine(name: str, model_dir, **options) -> Engine:
             "`vllm` extra in a GPU worker environment"
         ) from exc
     return getattr(module, class_name)(model_dir, **options)
+
+
+def open_engine(settings, model_dir, **options) -> Engine:
+    """The engine a `GenerationSection` of params asks for, on the model at `model_dir`."""
+    if settings.engine == "transformers":
+        options.setdefault("bf16_autocast", settings.bf16_autocast)
+    return load_engine(settings.engine, model_dir, batch_size=settings.batch_size, **options)

@@ -56,3 +56,59 @@ def token_logprobs(model, input_ids, attention_mask, score_mask) -> torch.Tensor
     out = torch.zeros(input_ids.shape, dtype=picked.dtype, device=picked.device)
     out[:, 1:][score_mask[:, 1:]] = picked
     return out
+
+
+def shared_prompt_logprobs(
+    model, prompt_ids: list[int], completions: list[list[int]], device=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of several completions of one prompt, the prompt run once.
+
+    The prompt goes through the decoder once (with autograd when enabled, so its gradient
+    counts once for all completions); its key/value cache is repeated for each completion,
+    which then runs on top of it. Exactly the numbers of running every prompt + completion
+    in full, for a fraction of the compute when the prompt is long (a retriever's schema).
+
+    Returns (logprobs, mask), both (n, longest completion): mask True on real tokens.
+    Models whose decoder and output layer cannot be split fall back to full forwards.
+    """
+    device = device or next(model.parameters()).device
+    n, width = len(completions), max(len(c) for c in completions)
+    comp = torch.full((n, width), 0, dtype=torch.long, device=device)
+    mask = torch.zeros((n, width), dtype=torch.bool, device=device)
+    for row, c in enumerate(completions):
+        comp[row, : len(c)] = torch.tensor(c, device=device)
+        mask[row, : len(c)] = True
+    decoder, head = _split(model)
+    p = len(prompt_ids)
+    if decoder is None or p < 1:
+        ids = torch.cat([torch.tensor([prompt_ids] * n, device=device), comp], dim=1)
+        attn = torch.cat([torch.ones((n, p), dtype=torch.long, device=device), mask.long()], 1)
+        score = torch.cat([torch.zeros((n, p), dtype=torch.bool, device=device), mask], 1)
+        return token_logprobs(model, ids, attn, score)[:, p:], mask
+    prompt = torch.tensor([prompt_ids], device=device)
+    out = decoder(input_ids=prompt, use_cache=True)
+    cache = cache_of(out)
+    cache.batch_repeat_interleave(n)
+    attn = torch.cat([torch.ones((n, p), dtype=torch.long, device=device), mask.long()], dim=1)
+    positions = torch.arange(p, p + width, device=device).expand(n, width)
+    hidden = decoder(
+        input_ids=comp,
+        attention_mask=attn,
+        position_ids=positions,
+        cache=cache,
+        use_cache=True,
+    ).last_hidden_state
+    # token 0 is predicted by the prompt's last position, token t by completion position t-1
+    first = out.last_hidden_state[:, -1:].expand(n, 1, -1)
+    states = torch.cat([first, hidden[:, :-1]], dim=1)[mask]
+    logits = head(states).float()
+    picked = torch.log_softmax(logits, dim=-1).gather(-1, comp[mask][:, None]).squeeze(-1)
+    logprobs = torch.zeros((n, width), dtype=picked.dtype, device=device)
+    logprobs[mask] = picked
+    return logprobs, mask
+
+
+def cache_of(output):
+    """The key/value cache of a model output (`cache` in recent transformers)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values

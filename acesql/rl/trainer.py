@@ -164,6 +164,8 @@ class GrpoTrainer:
             micro_batch_size=cfg.micro_batch_size,
             pad_id=self.tokenizer.pad_token_id,
             bf16_autocast=cfg.bf16_autocast,
+            # a cached prompt and gradient checkpointing do not mix in transformers
+            share_prompts=cfg.share_prompts and not cfg.gradient_checkpointing,
         )
         gen = cfg.generation
         if engine_factory is not None:
@@ -177,11 +179,12 @@ class GrpoTrainer:
                 tokenizer=self.tokenizer,
                 batch_size=gen.batch_size,
                 progress=False,
+                bf16_autocast=gen.bf16_autocast,
             )
         else:
-            from acesql.models.engine import load_engine
+            from acesql.models.engine import open_engine
 
-            self.engine = load_engine(gen.engine, model_dir, batch_size=gen.batch_size)
+            self.engine = open_engine(gen, model_dir)
         self.executor = _TimedExecutor(BatchExecutor(timeout_s=cfg.timeout_s))
         self.state = RunState(fingerprint=run_fingerprint(model_dir, seed, cfg, examples, pool))
         self._pending: list[dict] = []  # step records not yet sent to the tracker

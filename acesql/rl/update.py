@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from acesql.models.logits import token_logprobs
+from acesql.models.logits import shared_prompt_logprobs, token_logprobs
 from acesql.rl.loss import grpo_loss
 from acesql.rl.pcgrad import pcgrad_
 
@@ -52,6 +52,7 @@ class DualRoleUpdate:
         micro_batch_size: int = 8,
         pad_id: int = 0,
         bf16_autocast: bool = True,
+        share_prompts: bool = True,
     ):
         self.model, self.optimizer, self.scheduler, self.ref = (
             model,
@@ -62,6 +63,7 @@ class DualRoleUpdate:
         self.clip_eps, self.beta, self.grad_clip = clip_eps, beta, grad_clip
         self.pcgrad, self.granularity = pcgrad, granularity
         self.micro_batch_size, self.pad_id = micro_batch_size, pad_id
+        self.share_prompts = share_prompts
         self.device = next(model.parameters()).device
         self.autocast = torch.autocast(
             self.device.type, dtype=torch.bfloat16, enabled=bf16_autocast
@@ -120,25 +122,25 @@ class DualRoleUpdate:
         }
 
     def backward(self, seqs: list[Sequence], weight: float) -> dict:
-        """Back-propagate `weight` x the role's token-mean loss, micro-batch by micro-batch."""
+        """Back-propagate `weight` x the role's token-mean loss, piece by piece.
+
+        With `share_prompts`, the outputs of one prompt are scored together on top of a
+        single pass over the prompt (`shared_prompt_logprobs`): a group of N retriever
+        outputs costs one schema-length forward and backward instead of N. Otherwise,
+        sequences are right-padded into micro-batches of `micro_batch_size`.
+        """
         total = sum(len(s.completion_ids) for s in seqs)
         out = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "tokens": total}
         if not seqs:
             return out
-        mb = self.micro_batch_size
-        order = sorted(
-            range(len(seqs)), key=lambda i: len(seqs[i].prompt_ids) + len(seqs[i].completion_ids)
-        )
-        for start in range(0, len(order), mb):
-            chunk = [seqs[i] for i in order[start : start + mb]]
-            ids, attn, mask = collate(chunk, self.pad_id, self.device)
+        for chunk in self._chunks(seqs):
             adv = torch.tensor([s.advantage for s in chunk], device=self.device)
             with self.autocast:
-                logp = token_logprobs(self.model, ids, attn, mask)
+                logp, mask = self._logprobs(self.model, chunk)
                 ref = None
                 if self.ref is not None and self.beta > 0:
                     with torch.no_grad():
-                        ref = token_logprobs(self.ref, ids, attn, mask)
+                        ref, _ = self._logprobs(self.ref, chunk)
             loss, st = grpo_loss(
                 logp, logp.detach(), adv, mask, ref, clip_eps=self.clip_eps, beta=self.beta
             )
@@ -148,6 +150,34 @@ class DualRoleUpdate:
             out["kl"] += st.kl * share
             out["clip_fraction"] += st.clip_fraction * share
         return out
+
+    def _chunks(self, seqs: list[Sequence]) -> list[list[Sequence]]:
+        mb = self.micro_batch_size
+        if self.share_prompts:
+            groups: dict[tuple[int, ...], list[Sequence]] = {}
+            for s in seqs:
+                groups.setdefault(tuple(s.prompt_ids), []).append(s)
+            return [g[i : i + mb] for g in groups.values() for i in range(0, len(g), mb)]
+        order = sorted(seqs, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+        return [order[i : i + mb] for i in range(0, len(order), mb)]
+
+    def _logprobs(self, model, chunk: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logprobs, mask) over the completions of `chunk`, (rows, longest completion)."""
+        if self.share_prompts:
+            return shared_prompt_logprobs(
+                model, chunk[0].prompt_ids, [s.completion_ids for s in chunk], self.device
+            )
+        ids, attn, mask = collate(chunk, self.pad_id, self.device)
+        logp = token_logprobs(model, ids, attn, mask)
+        # keep each row's completion positions only, left-aligned like the shared path
+        width = max(len(s.completion_ids) for s in chunk)
+        out = torch.zeros((len(chunk), width), dtype=logp.dtype, device=logp.device)
+        cmask = torch.zeros((len(chunk), width), dtype=torch.bool, device=logp.device)
+        for row, s in enumerate(chunk):
+            p, c = len(s.prompt_ids), len(s.completion_ids)
+            out[row, :c] = logp[row, p : p + c]
+            cmask[row, :c] = True
+        return out, cmask
 
 
 def _mix(a: dict, b: dict, key: str) -> float:

@@ -16,7 +16,7 @@ from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
 from acesql.eval.pipeline import evaluate_examples
 from acesql.models.base_model import load_tokenizer
-from acesql.models.engine import load_engine
+from acesql.models.engine import open_engine
 from acesql.models.prompts import PromptBuilder
 from acesql.sql.executor import BatchExecutor
 from acesql.stages.common import run_stage, write_metrics
@@ -25,7 +25,7 @@ from acesql.stages.common import run_stage, write_metrics
 def work(s: dict, tracker) -> dict:
     base, cfg = s["base"], s["evaluate"]
     gen = cfg.generation
-    engine = load_engine(gen.engine, cfg.model, batch_size=gen.batch_size)
+    engine = open_engine(gen, cfg.model)
     prompts = PromptBuilder(
         load_tokenizer(cfg.model), s["base_model"].reasoning, s["prompt"].sample_values
     )

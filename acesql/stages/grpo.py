@@ -12,6 +12,9 @@ resumes from its last checkpoint, in the same MLflow run.
 
 from __future__ import annotations
 
+import shutil
+import sys
+
 from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
 from acesql.errors import DataError
@@ -31,12 +34,6 @@ def _inputs(s: dict):
     if not (rl_dir / "train.jsonl").is_file():
         raise DataError(f"{rl_dir / 'train.jsonl'} not found: run dvc repro rl_data first")
     examples = read_prepared(rl_dir / "train.jsonl")
-    if not examples:
-        raise DataError(
-            f"{rl_dir / 'train.jsonl'} holds no question: the SFT model solved every rolled-out "
-            "question always or never (see data/rl_metrics.json); widen rl_data's bounds or "
-            "roll out more questions"
-        )
     pool = EmpiricalPool.load(rl_dir / "initial_pool.json")
     pool.gamma = s["grpo"].gamma
     return model_dir, examples, pool
@@ -54,11 +51,30 @@ def _resume_run(s: dict) -> str | None:
     return found[1].get("tracker_run_id") if found else None
 
 
+def _no_questions(model_dir, out_dir, metrics_path) -> dict:
+    """Nothing to learn from: the output is the SFT model, and the metrics say why."""
+    print(
+        "warning: data/rl/train.jsonl holds no question: the SFT model solved every rolled-out "
+        "question always or never (see data/rl_metrics.json). GRPO is skipped and models/grpo "
+        "is the SFT model; roll out more questions or widen rl_data's bounds.",
+        file=sys.stderr,
+    )
+    shutil.rmtree(out_dir, ignore_errors=True)
+    shutil.copytree(model_dir, out_dir, ignore=shutil.ignore_patterns("checkpoints"))
+    summary = {"steps": 0, "stop_reason": "no_rl_questions", "questions": 0}
+    write_metrics(metrics_path, summary)
+    return summary
+
+
 def work(s: dict, tracker) -> dict:
     from acesql.rl.trainer import GrpoTrainer
 
     base, cfg = s["base"], s["grpo"]
     model_dir, examples, pool = _inputs(s)
+    if not examples:
+        return _no_questions(
+            model_dir, base.models_dir / "grpo", base.models_dir / "grpo_metrics.json"
+        )
     eval_examples = []
     eval_path = base.data_dir / "prepared" / f"{cfg.eval_split}.jsonl"
     if eval_path.is_file():

@@ -24,7 +24,7 @@ from acesql.tracking import flatten
 
 def work(s: dict, tracker) -> dict:
     from acesql.models.base_model import load_tokenizer
-    from acesql.models.engine import load_engine
+    from acesql.models.engine import open_engine
     from acesql.models.prompts import PromptBuilder
     from acesql.rl.data import build_rl_data
     from acesql.sft.data import SchemaCache
@@ -49,7 +49,7 @@ def work(s: dict, tracker) -> dict:
     prompts = PromptBuilder(
         load_tokenizer(model_dir), s["base_model"].reasoning, s["prompt"].sample_values
     )
-    engine = load_engine(gen.engine, model_dir, batch_size=gen.batch_size)
+    engine = open_engine(gen, model_dir)
     bar = tqdm(total=len(examples), desc="rl_data", unit="question")
     try:
         with BatchExecutor(timeout_s=cfg.timeout_s) as executor:

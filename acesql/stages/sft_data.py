@@ -33,11 +33,11 @@ def work(s: dict, tracker) -> dict:
     if cfg.mode == "gold":
         records, stats = build_gold(examples, prompts, schemas, s["prompt"].max_prompt_tokens)
     else:
-        from acesql.models.engine import load_engine
+        from acesql.models.engine import open_engine
         from acesql.sql.executor import BatchExecutor
 
         gen = cfg.generation
-        engine = load_engine(gen.engine, model_dir, batch_size=gen.batch_size)
+        engine = open_engine(gen, model_dir)
         with BatchExecutor() as executor:
             records, stats = build_self_distilled(
                 examples,
