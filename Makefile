@@ -11,7 +11,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test test-slow lint format bench clean
+.PHONY: setup run test test-slow lint format bench bench-pcgrad bench-grpo clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,16 @@ format: setup
 
 bench: setup
 	$(PY) bench/exec_bench.py --spider $(SPIDER)
+
+# glibc keeps freed memory instead of returning and re-faulting it on every training step
+MALLOC_KEEP := glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
+
+bench-pcgrad: setup
+	$(PY) bench/pcgrad_bench.py
+
+bench-grpo: setup
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[bench]' -c constraints.txt
+	GLIBC_TUNABLES=$(MALLOC_KEEP) $(PY) bench/grpo_step_bench.py
 
 clean:
 	rm -rf $(VENV) .prefect results
