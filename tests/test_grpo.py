@@ -90,7 +90,7 @@ def _pool(examples):
     return pool
 
 
-def _trainer(tiny_model_dir, examples, tmp_path, cfg, engine_right_every=2):
+def _trainer(tiny_model_dir, examples, tmp_path, cfg, engine_right_every=2, **kw):
     return GrpoTrainer(
         tiny_model_dir,
         examples,
@@ -99,6 +99,7 @@ def _trainer(tiny_model_dir, examples, tmp_path, cfg, engine_right_every=2):
         cfg,
         progress=False,
         engine_factory=lambda model, tok: ScriptedEngine(examples, tok, engine_right_every),
+        **kw,
     )
 
 
@@ -180,16 +181,7 @@ def test_pcgrad_switch_changes_the_update(tiny_model_dir, examples, tmp_path):
 
 def test_train_writes_outputs_and_checkpoints(tiny_model_dir, examples, tmp_path):
     cfg = _cfg(checkpoint_every=1, pool_snapshot_every=1, eval_every=1, max_steps=2)
-    trainer = GrpoTrainer(
-        tiny_model_dir,
-        examples,
-        _pool(examples),
-        tmp_path / "grpo",
-        cfg,
-        progress=False,
-        eval_examples=examples[:2],
-        engine_factory=lambda model, tok: ScriptedEngine(examples, tok),
-    )
+    trainer = _trainer(tiny_model_dir, examples, tmp_path, cfg, eval_examples=examples[:2])
     summary = trainer.train()
     trainer.close()
     out = tmp_path / "grpo"
