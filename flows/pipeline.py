@@ -25,7 +25,8 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.tasks import exponential_backoff
 
-STAGES = ("base_model", "data", "sft_data", "sft", "rl_data", "grpo", "evaluate")  # dvc.yaml, in pipeline order
+# the stages of dvc.yaml, in pipeline order
+STAGES = ("base_model", "data", "sft_data", "sft", "rl_data", "grpo", "evaluate")
 STDERR_TAIL = 20  # lines of stderr a failed stage reports
 DVC_LOCK_BUSY = "Unable to acquire lock"  # dvc/lock.py: another DVC process holds the repo
 

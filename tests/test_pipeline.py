@@ -146,8 +146,8 @@ def test_a_busy_dvc_lock_is_retried(clone, prefect_harness, monkeypatch, calls):
 def test_unknown_stages_are_refused_before_anything_runs(prefect_harness, calls):
     from flows.pipeline import pipeline
 
-    with pytest.raises(ValueError, match=r"unknown stages \['grpo'\]"):
-        pipeline(["data", "grpo"])
+    with pytest.raises(ValueError, match=r"unknown stages \['policy_gradient'\]"):
+        pipeline(["data", "policy_gradient"])
     assert calls == []
 
 

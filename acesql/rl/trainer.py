@@ -391,7 +391,7 @@ class GrpoTrainer:
             self.engine,
             self.prompts,
             self.executor.executor,
-            mode="multiset",
+            mode=self.cfg.match_mode,
             max_new_tokens=self.cfg.generation.max_new_tokens,
             seed=self.seed,
         )
