@@ -16,7 +16,7 @@ from acesql.data.loaders import Example
 from acesql.models.prompts import PromptBuilder
 from acesql.rl.pool import EmpiricalPool
 from acesql.rl.rollout import rollout
-from acesql.sft.data import SchemaCache
+from acesql.sft.data import SchemaCache, prompt_fits
 from acesql.sql.executor import BatchExecutor
 
 
@@ -87,8 +87,7 @@ def build_rl_data(
             continue
         if max_prompt_tokens is not None:
             prompt = prompts.retriever(schemas(ex), ex.question, ex.evidence)
-            n_tokens = len(prompts.tokenizer(prompt, add_special_tokens=False).input_ids)
-            if n_tokens > max_prompt_tokens:
+            if not prompt_fits(prompts, prompt, max_prompt_tokens):
                 stats.dropped["prompt_too_long"] += 1
                 continue
         usable.append(ex)

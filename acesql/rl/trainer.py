@@ -195,6 +195,7 @@ class GrpoTrainer:
         self.executor = _TimedExecutor(BatchExecutor(timeout_s=cfg.timeout_s))
         self.state = RunState(fingerprint=run_fingerprint(model_dir, seed, cfg, examples, pool))
         self._pending: list[dict] = []  # step records not yet sent to the tracker
+        self._gold_sets: dict[str, frozenset[str] | None] = {}
 
     # ------------------------------------------------------------------------- the run
 
@@ -324,10 +325,13 @@ class GrpoTrainer:
         }
 
     def _gold(self, r: QuestionRollout) -> frozenset[str] | None:
-        try:
-            return gold_columns(r.example, self.schemas(r.example))
-        except SqlParseError:  # a gold query sqlglot cannot resolve has no gold set
-            return None
+        """The gold column set of a question, resolved once per run."""
+        if r.key not in self._gold_sets:
+            try:
+                self._gold_sets[r.key] = gold_columns(r.example, self.schemas(r.example))
+            except SqlParseError:  # a gold query sqlglot cannot resolve has no gold set
+                self._gold_sets[r.key] = None
+        return self._gold_sets[r.key]
 
     def _targets(self, r: QuestionRollout) -> list[frozenset[str]]:
         if self.cfg.retriever_target == "gold":

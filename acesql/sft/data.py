@@ -80,7 +80,8 @@ def _record(role, prompt, response, example) -> dict:
     }
 
 
-def _fits(prompts: PromptBuilder, prompt: str, max_prompt_tokens: int) -> bool:
+def prompt_fits(prompts: PromptBuilder, prompt: str, max_prompt_tokens: int) -> bool:
+    """Whether the chat-formatted `prompt` is at most `max_prompt_tokens` tokens long."""
     return len(prompts.tokenizer(prompt, add_special_tokens=False).input_ids) <= max_prompt_tokens
 
 
@@ -109,7 +110,7 @@ def build_gold(
             ),
         ]
         for role, prompt, response in pairs:
-            if not _fits(prompts, prompt, max_prompt_tokens):
+            if not prompt_fits(prompts, prompt, max_prompt_tokens):
                 stats.dropped[(role, "prompt_too_long")] += 1
                 continue
             records.append(_record(role, prompt, response, ex))
@@ -140,7 +141,7 @@ def build_self_distilled(
     usable = []
     for ex in examples:
         prompt = prompts.retriever(schemas(ex), ex.question, ex.evidence)
-        if _fits(prompts, prompt, max_prompt_tokens):
+        if prompt_fits(prompts, prompt, max_prompt_tokens):
             usable.append((ex, prompt))
         else:
             stats.dropped[("both", "prompt_too_long")] += 1
