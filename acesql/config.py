@@ -48,6 +48,24 @@ class BaseSection(Section):
         "the plain file store). null turns tracking off.",
     )
     experiment: str = Field("acesql", min_length=1, description="MLflow experiment name.")
+    artifact_store: str = Field(
+        "artifacts",
+        min_length=1,
+        description="Where pool snapshots, checkpoints and reports are shared (`acesql "
+        "artifacts`): a folder, or s3://bucket/prefix.",
+    )
+    s3_endpoint_url: str | None = Field(
+        None,
+        pattern=r"^https?://",
+        description="S3-compatible endpoint (MinIO, Ceph) of the artifact store and the DVC "
+        "remote; null: $AWS_ENDPOINT_URL, else AWS.",
+    )
+    dvc_remote: str | None = Field(
+        None,
+        pattern=r"^s3://[^/]+",
+        description="DVC remote that `acesql remote setup` makes the default "
+        "(s3://bucket/prefix); null: $ACESQL_DVC_REMOTE.",
+    )
 
 
 class SplitsSection(Section):

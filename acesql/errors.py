@@ -20,3 +20,7 @@ class DataError(AcesqlError):
 
 class SqlParseError(AcesqlError):
     """A SQL string could not be parsed or resolved against its schema."""
+
+
+class StorageError(AcesqlError):
+    """An artifact store or DVC remote is unreachable, misconfigured, or holds a bad object."""
