@@ -5,6 +5,8 @@ acesql sql columns --db DB "SELECT ..."
 acesql sql match --db DB --mode bird --pred "..." --gold "..."
 acesql pool replay --gamma 0.5 --events FILE
 acesql evaluate-sql --dataset DIR --format spider --predictions FILE --mode spider
+acesql eval --model DIR --dataset DIR --format spider --limit 100 --out results/spider-dev
+acesql eval --compare results/dev-sft results/dev-grpo
 acesql run                       # the main job (see `acesql run --help`)
 """
 
@@ -223,9 +225,9 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
 
 
 @cli.command("eval")
-@click.option("--model", required=True, help="Model folder (or models/base with its redirect).")
-@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False))
-@click.option("--format", "fmt", type=click.Choice(sorted(DEFAULT_MODE)), required=True)
+@click.option("--model", help="Model folder (or models/base with its redirect).")
+@click.option("--dataset", type=click.Path(exists=True, file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(sorted(DEFAULT_MODE)))
 @click.option("--split", default="dev", show_default=True)
 @click.option("--limit", type=int, default=None, help="Questions, spread over databases.")
 @click.option("--mode", type=MODES, default=None, help="Match mode [by format].")
@@ -235,6 +237,10 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     show_default=True,
     help="1: greedy retriever; n: n samples voted.",
 )
+@click.option(
+    "--maj-k", default=0, show_default=True, help="maj@k: generator samples voted; 0: off."
+)
+@click.option("--maj-temperature", default=1.0, show_default=True)
 @click.option("--reasoning/--no-reasoning", default=False, show_default=True)
 @click.option("--sample-values", default=0, show_default=True, help="Per column in schemas.")
 @click.option(
@@ -252,7 +258,24 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     help="transformers engine: bf16 matrix products on fp32 weights.",
 )
 @click.option("--seed", default=0, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False), help="Write metrics.json and rows.jsonl.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    help="Write metrics.json, rows.jsonl, predict_dev.json and report.html; "
+    "a killed run with the same --out resumes.",
+)
+@click.option(
+    "--compare",
+    nargs=2,
+    metavar="RUN_A RUN_B",
+    help="Instead of evaluating: compare two evaluations (result folders or MLflow run ids).",
+)
+@click.option(
+    "--tracking-uri",
+    default="sqlite:///mlflow.db",
+    show_default=True,
+    help="MLflow store that --compare looks run ids up in.",
+)
 def evaluate_model(
     model,
     dataset,
@@ -261,6 +284,8 @@ def evaluate_model(
     limit,
     mode,
     retriever_samples,
+    maj_k,
+    maj_temperature,
     reasoning,
     sample_values,
     engine,
@@ -269,11 +294,30 @@ def evaluate_model(
     bf16,
     seed,
     out,
+    compare,
+    tracking_uri,
 ):
-    """Greedy pipeline EX and generator ability of MODEL on a dataset split; print metrics."""
+    """Evaluate MODEL in both roles on a dataset split and print the metrics.
+
+    Greedy pipeline EX, maj@k, generator ability, retriever scores, non-gold ratio and
+    tokens, per complexity. With --out, also per-question rows, BIRD-format predictions and
+    an HTML report. With --compare A B, print a side-by-side table of two evaluations.
+    """
+    if compare:
+        from acesql.eval.compare import compare_table, load_evaluation
+
+        left, right = (load_evaluation(c, tracking_uri) for c in compare)
+        click.echo(compare_table(left, right, *compare))
+        return
+    missing = [
+        o for o, v in (("--model", model), ("--dataset", dataset), ("--format", fmt)) if not v
+    ]
+    if missing:
+        raise click.UsageError(f"missing {', '.join(missing)} (or use --compare A B)")
     from acesql.data.filtering import filter_examples
     from acesql.data.loaders import load_dataset
     from acesql.eval.pipeline import evaluate_examples
+    from acesql.eval.runner import evaluate_to_folder
     from acesql.models.base_model import load_tokenizer
     from acesql.models.engine import load_engine
     from acesql.models.prompts import PromptBuilder
@@ -283,31 +327,41 @@ def evaluate_model(
     examples = filter_examples(examples, max_examples=limit, seed=seed)
     prompts = PromptBuilder(load_tokenizer(model), reasoning, sample_values)
     options = {"bf16_autocast": bf16} if engine == "transformers" else {}
+    settings = dict(
+        mode=mode or DEFAULT_MODE[fmt],
+        retriever_samples=retriever_samples,
+        max_new_tokens=max_new_tokens,
+        maj_k=maj_k,
+        maj_temperature=maj_temperature,
+        seed=seed,
+    )
     rollout = load_engine(engine, model, batch_size=batch_size, **options)
     start = time.monotonic()
     with BatchExecutor() as executor:
-        summary, rows = evaluate_examples(
-            examples,
-            rollout,
-            prompts,
-            executor,
-            mode=mode or DEFAULT_MODE[fmt],
-            retriever_samples=retriever_samples,
-            max_new_tokens=max_new_tokens,
-            seed=seed,
-        )
+        if out:
+            identity = {**settings, "engine": engine, **options, "reasoning": reasoning}
+            summary, _ = evaluate_to_folder(
+                examples,
+                rollout,
+                prompts,
+                executor,
+                out,
+                model=model,
+                dataset=dataset,
+                split=split,
+                settings={**identity, "sample_values": sample_values},
+            )
+        else:
+            summary, _ = evaluate_examples(examples, rollout, prompts, executor, **settings)
+            summary = {
+                "model": model,
+                "dataset": dataset,
+                "split": split,
+                "mode": settings["mode"],
+                **summary,
+                "seconds": round(time.monotonic() - start, 1),
+            }
     rollout.close()
-    summary = {
-        "model": model,
-        "dataset": dataset,
-        "split": split,
-        **summary,
-        "seconds": round(time.monotonic() - start, 1),
-    }
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "metrics.json").write_text(json.dumps(summary, indent=2))
-        _write_jsonl(Path(out) / "rows.jsonl", rows)
     _print(summary)
 
 

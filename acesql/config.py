@@ -351,6 +351,12 @@ class EvaluateSection(Section):
     mode: Literal["multiset", "bird", "spider"] = Field(
         "multiset", description="Execution match mode (multiset for synthetic data)."
     )
+    maj_k: int = Field(
+        8,
+        ge=0,
+        description="maj@k: generator samples per question voted by execution result; 0: off.",
+    )
+    maj_temperature: float = Field(1.0, gt=0, description="Sampling temperature of maj@k.")
     generation: GenerationSection = Field(
         default_factory=lambda: GenerationSection(temperature=0.0),
         description="Decoding settings (the roles decode greedily; temperature is ignored).",

@@ -1,6 +1,7 @@
 """Greedy evaluation in both roles, with scripted engines whose answers we control."""
 
 import json
+import re
 
 import pytest
 
@@ -98,6 +99,8 @@ def test_eval_cli_with_the_tiny_model(synth_dir, tiny_model_dir, tmp_path):
             "3",
             "--max-new-tokens",
             "8",
+            "--maj-k",
+            "2",
             "--out",
             str(out),
         ],
@@ -108,3 +111,19 @@ def test_eval_cli_with_the_tiny_model(synth_dir, tiny_model_dir, tmp_path):
     metrics = json.loads(proc.stdout)
     assert metrics["usable"] == 3 and 0.0 <= metrics["pipeline_ex"] <= 1.0
     assert len((out / "rows.jsonl").read_text().splitlines()) == 3
+    assert metrics["maj_k"] == 2 and "maj_ex" in metrics and "non_gold_ratio" in metrics
+    assert len(json.loads((out / "predict_dev.json").read_text())) == 3
+    assert "<img" in (out / "report.html").read_text()
+    compared = subprocess.run(
+        [sys.executable, "-m", "acesql.cli", "eval", "--compare", str(out), str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert compared.returncode == 0, compared.stderr
+    assert re.search(r"pipeline EX\s+\S+%\s+\S+%\s+\+0\.0", compared.stdout)
+    missing = subprocess.run(
+        [sys.executable, "-m", "acesql.cli", "eval", "--model", str(tiny_model_dir)],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 2 and "missing --dataset, --format" in missing.stderr

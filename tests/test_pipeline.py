@@ -5,6 +5,7 @@ ones that are not ignored), so these tests check what a fresh checkout would do,
 changes included. Its params.yaml is shrunk to a tiny synthetic dataset.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -178,6 +179,10 @@ def test_the_whole_pipeline_with_a_tiny_model(clone, tiny_model_dir):
     (clone / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     proc = _dvc("repro", "evaluate", cwd=clone)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    metrics = yaml.safe_load((clone / "results" / "metrics.json").read_text())
-    assert metrics["dev"]["usable"] == 3 and 0 <= metrics["dev"]["pipeline_ex"] <= 1
+    for split in ("dev", "test_ood"):  # evaluate@dev, evaluate@test_ood
+        metrics = json.loads((clone / "results" / split / "metrics.json").read_text())
+        assert metrics["usable"] == 3 and 0 <= metrics["pipeline_ex"] <= 1
+        assert metrics["maj_k"] == params["evaluate"]["maj_k"]
+        assert (clone / "results" / split / "report.html").stat().st_size > 10_000
+        assert json.loads((clone / "results" / split / "predict_dev.json").read_text())
     assert (clone / "models" / "sft" / "model.safetensors").is_file()

@@ -132,3 +132,19 @@ def test_missing_or_broken_database(tmp_path):
     junk.write_bytes(b"this is not a database" * 100)
     with pytest.raises(DataError, match="cannot read"):
         Schema.from_sqlite(junk)
+
+
+def test_foreign_keys_naming_missing_columns_are_dropped(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "dangling.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE keyword (id INTEGER PRIMARY KEY, word TEXT);"
+        "CREATE TABLE movie (mid INTEGER PRIMARY KEY, kid INTEGER REFERENCES keyword(kid),"
+        " wid INTEGER REFERENCES keyword(id));"
+    )
+    conn.close()
+    schema = Schema.from_sqlite(path)
+    assert [(f.column, f.references) for f in schema.foreign_keys] == [("movie.wid", "keyword.id")]
+    assert "REFERENCES keyword(id)" in schema.render()

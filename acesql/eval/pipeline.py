@@ -1,22 +1,25 @@
-"""Greedy evaluation of a model in both roles.
+"""Evaluation of a model in both roles, one row per question.
 
 - pipeline EX: retriever (greedy, or n samples voted) -> its columns (the full schema when
   none parse) -> pruned schema -> generator (greedy) -> execution match against the gold;
+- maj@k (k > 0): k generator samples on the same pruned schema vote with their execution
+  results (`acesql.eval.voting`);
 - generator ability: the generator alone, on the schema pruned to the gold SQL's columns;
-- retriever recall / precision / exact set match of the chosen columns against the gold's.
+- retriever recall / precision / exact set match / gold coverage of the chosen columns.
 
-All three per complexity level and overall, with counts. Per-example rows keep what a reader
-needs to see a failure: chosen columns, SQL, execution status, match reason, tokens.
+Rows keep what a reader needs to see a failure: chosen columns, SQL, execution status and
+error, match reason, failure category, tokens. `acesql.eval.metrics` turns rows into scores.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from acesql.data.loaders import Example
 from acesql.errors import SqlParseError
+from acesql.eval.metrics import failure_category, summarize
+from acesql.eval.voting import majority_vote
 from acesql.models.prompts import PromptBuilder
 from acesql.sft.data import SchemaCache, gold_columns
+from acesql.sql.columns import extract_columns
 from acesql.sql.executor import BatchExecutor
 from acesql.sql.parsing import parse_columns, parse_sql
 from acesql.sql.voting import vote_columns
@@ -32,11 +35,17 @@ def evaluate_examples(
     retriever_samples: int = 1,
     vote_threshold: float = 0.5,
     max_new_tokens: int = 256,
+    maj_k: int = 0,
+    maj_temperature: float = 1.0,
     seed: int = 0,
+    schemas: SchemaCache | None = None,
 ) -> tuple[dict, list[dict]]:
     """Evaluate `examples` (usable ones) end to end; return (summary, rows)."""
-    schemas = SchemaCache(prompts.sample_values)
+    schemas = schemas or SchemaCache(prompts.sample_values)
+    unusable = [_unusable_row(e) for e in examples if e.unusable is not None]
     examples = [e for e in examples if e.unusable is None]
+    if not examples:
+        return summarize(unusable), unusable
     greedy = dict(temperature=0.0, max_new_tokens=max_new_tokens, seed=seed)
     if retriever_samples > 1:
         sampling = dict(temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
@@ -61,7 +70,7 @@ def evaluate_examples(
                 "index": ex.index,
                 "db_id": ex.db_id,
                 "question": ex.question,
-                "complexity": ex.complexity or "unlabelled",
+                "complexity": ex.complexity or "unlabeled",
                 "gold_sql": ex.sql,
                 "gold_columns": sorted(gold) if gold is not None else None,
                 "retrieved_columns": sorted(chosen),
@@ -82,30 +91,95 @@ def evaluate_examples(
     checks = [(e.db_path, s or "", e.sql) for e, s in zip(examples, pipeline_sql)]
     checks += [(e.db_path, s or "", e.sql) for e, s in zip(examples, ability_sql)]
     verdicts = executor.match_many(checks, mode)
-    for i, row in enumerate(rows):
+    for i, (ex, row) in enumerate(zip(examples, rows)):
         pipe, able = verdicts[i], verdicts[len(examples) + i]
         row.update(
             pred_sql=pipeline_sql[i],
             pipeline_match=pipe.match.match,
             pipeline_reason=_reason(pipeline_sql[i], pipe),
+            pred_error=pipe.pred.error if pipeline_sql[i] else None,
+            pred_timed_out=pipe.pred.timed_out,
+            pred_columns=_columns_of(pipeline_sql[i], schemas(ex)),
             generator_sql=ability_sql[i],
             generator_match=able.match.match,
             generator_reason=_reason(ability_sql[i], able),
             usable=pipe.match.usable,
+            gold_empty=pipe.match.gold_empty,
             generator_tokens=len(pipeline_out[i][0].token_ids),
         )
         _retrieval_scores(row)
+    if maj_k > 0:
+        _majority(
+            examples,
+            rows,
+            engine,
+            pipeline_prompts,
+            executor,
+            mode,
+            maj_k,
+            dict(temperature=maj_temperature, max_new_tokens=max_new_tokens, seed=seed),
+        )
+    for row in rows:
+        row["category"] = failure_category(row)
+    rows += unusable
     return summarize(rows), rows
+
+
+def _unusable_row(ex: Example) -> dict:
+    """An example that cannot be scored (e.g. its database is missing): counted, not run."""
+    return {
+        "index": ex.index,
+        "db_id": ex.db_id,
+        "question": ex.question,
+        "complexity": ex.complexity or "unlabeled",
+        "gold_sql": ex.sql,
+        "usable": False,
+        "unusable_reason": ex.unusable,
+        "pred_sql": None,
+        "category": "unusable",
+    }
+
+
+def _majority(examples, rows, engine, prompts, executor, mode, k, sampling) -> None:
+    """maj@k on each row's pruned schema; adds maj_* fields to the rows."""
+    samples = engine.generate(prompts, n=k, **sampling)
+    sqls = [[parse_sql(c.text) or "" for c in group] for group in samples]
+    checks = [(e.db_path, s, e.sql) for e, group in zip(examples, sqls) for s in group]
+    verdicts = executor.match_many(checks, mode, keep_rows=True)
+    for i, row in enumerate(rows):
+        mine = verdicts[i * k : (i + 1) * k]
+        vote = majority_vote(sqls[i], [v.pred for v in mine], mode)
+        row.update(
+            maj_k=k,
+            maj_sql=sqls[i][vote.winner] if vote.winner is not None else None,
+            maj_match=bool(vote.winner is not None and mine[vote.winner].match.match),
+            maj_votes=vote.votes,
+            maj_valid=vote.valid,
+            maj_groups=vote.groups,
+            maj_tokens=sum(len(c.token_ids) for c in samples[i]) / k,
+        )
 
 
 def _reason(sql, verdict) -> str:
     return "no_sql" if not sql else verdict.match.reason
 
 
+def _columns_of(sql: str | None, schema) -> list[str] | None:
+    """The schema columns a predicted SQL uses; None when it does not resolve."""
+    if not sql:
+        return None
+    try:
+        return sorted(extract_columns(sql, schema))
+    except SqlParseError:
+        return None
+
+
 def _retrieval_scores(row: dict) -> None:
     gold, got = row["gold_columns"], set(row["retrieved_columns"])
+    pred = row["pred_columns"]
     if gold is None:
-        row.update(recall=None, precision=None, exact_columns=None)
+        row.update(recall=None, precision=None, exact_columns=None, covers_gold=None)
+        row["non_gold"] = None
         return
     gold = set(gold)
     hit = len(gold & got)
@@ -113,39 +187,6 @@ def _retrieval_scores(row: dict) -> None:
         recall=hit / len(gold) if gold else 1.0,
         precision=hit / len(got) if got else 0.0,
         exact_columns=gold == got,
+        covers_gold=gold <= got,
+        non_gold=(set(pred) != gold) if row["pipeline_match"] and pred is not None else None,
     )
-
-
-def summarize(rows: list[dict]) -> dict:
-    usable = [r for r in rows if r["usable"]]
-    levels = defaultdict(list)
-    for r in usable:
-        levels[r["complexity"]].append(r)
-    summary = _scores(usable)
-    summary["n"] = len(rows)
-    summary["by_complexity"] = {k: _scores(v) for k, v in sorted(levels.items())}
-    return summary
-
-
-def _scores(rows: list[dict]) -> dict:
-    n = len(rows)
-    scored = [r for r in rows if r["recall"] is not None]
-
-    def mean(key, pool):
-        return round(sum(float(r[key]) for r in pool) / len(pool), 4) if pool else 0.0
-
-    return {
-        "usable": n,
-        "pipeline_ex": mean("pipeline_match", rows),
-        "generator_ex": mean("generator_match", rows),
-        "retriever_recall": mean("recall", scored),
-        "retriever_precision": mean("precision", scored),
-        "retriever_exact": mean("exact_columns", scored),
-        "retriever_fallback_rate": mean("retriever_fallback", rows),
-        "no_sql_rate": round(sum(r["pred_sql"] is None for r in rows) / n, 4) if n else 0.0,
-        "tokens_per_query": round(
-            sum(r["retriever_tokens"] + r["generator_tokens"] for r in rows) / n, 1
-        )
-        if n
-        else 0.0,
-    }

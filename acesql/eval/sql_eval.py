@@ -48,6 +48,18 @@ def load_predictions(path: str | Path) -> dict[int, str]:
     return predictions
 
 
+def write_bird_predictions(path: str | Path, rows: list[dict]) -> None:
+    """Predicted SQL in BIRD's official `predict_dev.json` format, keyed by question index.
+
+    `rows` need `index`, `db_id` and `pred_sql` (None or "" when nothing was predicted).
+    `load_predictions` reads the file back.
+    """
+    mapping = {
+        str(r["index"]): f"{r.get('pred_sql') or ''}{BIRD_SEPARATOR}{r['db_id']}" for r in rows
+    }
+    Path(path).write_text(json.dumps(mapping, indent=4, ensure_ascii=False) + "\n")
+
+
 def _from_bird_mapping(mapping: dict, path: Path) -> dict[int, str]:
     predictions = {}
     for key, value in mapping.items():

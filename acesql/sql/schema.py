@@ -385,8 +385,15 @@ def _resolve_fks(tables: tuple[Table, ...], raw: list[tuple]) -> tuple[ForeignKe
             if len(pk) != 1:
                 continue
             dst = pk[0].name
+        source_table = by_name[str(table).lower()]
+        if not (_has_column(source_table, src) and _has_column(target_table, dst)):
+            continue  # names a column its table does not have (some Spider files do): ignore
         fks.append(ForeignKey(canonical_id(table, src), canonical_id(target_table.name, dst)))
     return tuple(dict.fromkeys(fks))
+
+
+def _has_column(table: Table, name) -> bool:
+    return str(name).lower() in {c.name.lower() for c in table.columns}
 
 
 _QUOTES = {'"': '"', "`": "`", "[": "]", "'": "'"}

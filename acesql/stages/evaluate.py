@@ -1,64 +1,120 @@
-"""The `evaluate` stage: greedy pipeline EX and generator ability of a model, per split.
+"""The `evaluate` stage: a model in both roles on the prepared splits, with a report.
 
-    python -m acesql.stages.evaluate [--params params.yaml]
+    python -m acesql.stages.evaluate [--params params.yaml] [--split dev]
 
 Reads `base`, `base_model`, `prompt` and `evaluate`; the model at `evaluate.model` and the
-prepared splits `evaluate.splits`. Writes `{results_dir}/metrics.json` (per split: EX,
-generator ability, retriever scores, per complexity) and `{results_dir}/rows/<split>.jsonl` (one
-row per question), and logs the numbers to MLflow.
+prepared split(s) (`--split`, or every split of `evaluate.splits`). For each split writes
+`{results_dir}/<split>/`: `metrics.json` (the DVC metrics file: pipeline EX, maj@k, generator
+ability, retriever scores, non-gold ratio, tokens, failures, per complexity), `rows.jsonl`,
+`predict_dev.json` (BIRD's format) and `report.html`; logs the numbers and files to MLflow.
+A killed evaluation resumes where it stopped (`acesql.eval.runner`).
 """
 
 from __future__ import annotations
 
-import json
+import argparse
 
 from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
-from acesql.eval.pipeline import evaluate_examples
+from acesql.errors import ConfigError
+from acesql.eval.runner import evaluate_to_folder
 from acesql.models.base_model import load_tokenizer
 from acesql.models.engine import open_engine
 from acesql.models.prompts import PromptBuilder
 from acesql.sql.executor import BatchExecutor
-from acesql.stages.common import run_stage, write_metrics
+from acesql.stages.common import run_stage
+
+SECTIONS = ("base", "base_model", "prompt", "evaluate")
+REPORT_FILES = ("metrics.json", "rows.jsonl", "predict_dev.json", "report.html")
 
 
-def work(s: dict, tracker) -> dict:
+def work(s: dict, tracker, split: str | None = None) -> dict:
     base, cfg = s["base"], s["evaluate"]
+    splits = [split] if split else cfg.splits
+    for name in splits:
+        if not (base.data_dir / "prepared" / f"{name}.jsonl").is_file():
+            raise ConfigError(
+                f"split {name!r} has no {base.data_dir}/prepared/{name}.jsonl: "
+                "run the data stage, or fix `evaluate.splits` / `data.splits` in params"
+            )
     gen = cfg.generation
     engine = open_engine(gen, cfg.model)
     prompts = PromptBuilder(
         load_tokenizer(cfg.model), s["base_model"].reasoning, s["prompt"].sample_values
     )
-    metrics = {"model": cfg.model}
+    settings = {
+        "mode": cfg.mode,
+        "retriever_samples": cfg.retriever_samples,
+        "vote_threshold": cfg.vote_threshold,
+        "max_new_tokens": gen.max_new_tokens,
+        "maj_k": cfg.maj_k,
+        "maj_temperature": cfg.maj_temperature,
+        "seed": base.seed,
+        "engine": gen.model_dump(mode="json"),
+        "reasoning": s["base_model"].reasoning,
+        "sample_values": s["prompt"].sample_values,
+    }
+    metrics = {}
     with BatchExecutor(timeout_s=cfg.timeout_s) as executor:
-        for split in cfg.splits:
-            examples = read_prepared(base.data_dir / "prepared" / f"{split}.jsonl")
+        for name in splits:
+            examples = read_prepared(base.data_dir / "prepared" / f"{name}.jsonl")
             examples = filter_examples(examples, max_examples=cfg.limit, seed=base.seed)
-            summary, rows = evaluate_examples(
+            out = base.results_dir / name
+            summary, _ = evaluate_to_folder(
                 examples,
                 engine,
                 prompts,
                 executor,
-                mode=cfg.mode,
-                retriever_samples=cfg.retriever_samples,
-                vote_threshold=cfg.vote_threshold,
-                max_new_tokens=gen.max_new_tokens,
-                seed=base.seed,
+                out,
+                model=cfg.model,
+                dataset=str(base.data_dir / "prepared"),
+                split=name,
+                settings=settings,
             )
-            metrics[split] = summary
-            out = base.results_dir / "rows" / f"{split}.jsonl"
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-            tracker.log_metrics(
-                {f"{split}/{k}": v for k, v in summary.items() if isinstance(v, int | float)}
-            )
+            metrics[name] = summary
+            tracker.log_metrics(metric_keys(summary, name))
+            for file in REPORT_FILES:
+                tracker.log_artifact(out / file)
     engine.close()
-    write_metrics(base.results_dir / "metrics.json", metrics)
     return metrics
 
 
+def metric_keys(summary: dict, split: str) -> dict[str, float]:
+    """The summary's numbers as flat MLflow keys: `split/metric`, `split/level/metric`.
+
+    >>> metric_keys({"pipeline_ex": 0.5, "model": "m", "by_complexity": {"simple": {"usable": 2}},
+    ...              "failures": {"timeout": 1}}, "dev")
+    {'dev/pipeline_ex': 0.5, 'dev/simple/usable': 2, 'dev/failures/timeout': 1}
+    """
+    flat = {}
+    for key, value in summary.items():
+        if isinstance(value, bool) or not isinstance(value, int | float | dict):
+            continue
+        if key == "by_complexity":
+            for level, scores in value.items():
+                flat.update({f"{split}/{level}/{k}": v for k, v in scores.items() if _number(v)})
+        elif key == "failures":
+            flat.update({f"{split}/failures/{k}": v for k, v in value.items()})
+        elif _number(value):
+            flat[f"{split}/{key}"] = value
+    return flat
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def main(argv=None) -> None:
-    run_stage("evaluate", __doc__, ("base", "base_model", "prompt", "evaluate"), work, argv)
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--split", default=None)
+    known, rest = parser.parse_known_args(argv)
+    run_stage(
+        "evaluate",
+        __doc__,
+        SECTIONS,
+        lambda s, tracker: work(s, tracker, known.split),
+        rest,
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,123 @@
+"""The evaluation's numbers, computed from per-example rows (one row per question).
+
+Each score comes with the count it is a share of. Overall and per complexity level:
+
+- `pipeline_ex`: greedy retriever -> generator, execution match; `maj_ex`: maj@k on the same
+  pruned schema (when k > 0); `generator_ex`: the generator on the gold columns' schema;
+- retriever: recall, precision, exact set match of the chosen columns against the gold SQL's,
+  and `covers_gold` (every gold column chosen);
+- `non_gold_ratio`: share of correct pipeline predictions whose columns differ from the gold
+  SQL's (seed 000, Table 3), over the correct predictions whose columns could be resolved;
+- output tokens per query, retriever + generator.
+
+Failures are sorted into categories a reader can act on (`failure_category`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+# what a failed pipeline prediction did wrong, in the order the report lists them
+FAILURE_CATEGORIES = (
+    "no_sql",  # no SQL block in the generator's answer
+    "syntax_error",  # SQLite could not parse it
+    "schema_error",  # names a table or column the database does not have
+    "other_error",  # refused or failed for another reason (e.g. not a SELECT)
+    "timeout",  # ran past the execution timeout
+    "wrong_columns",  # ran, wrong rows, and used other columns than the gold SQL
+    "wrong_result",  # ran, wrong rows, with the gold SQL's columns (or unknown columns)
+)
+_SYNTAX = ("syntax error", "incomplete input", "unrecognized token", "empty sql")
+_SCHEMA = ("no such column", "no such table", "ambiguous column", "no such function")
+
+
+def failure_category(row: dict) -> str:
+    """'correct', 'unusable', or one of FAILURE_CATEGORIES for a pipeline row.
+
+    >>> failed = {"usable": True, "pipeline_match": False}
+    >>> failure_category({**failed, "pipeline_reason": "pred_error",
+    ...                   "pred_error": 'near "FORM": syntax error'})
+    'syntax_error'
+    >>> failure_category({**failed, "pipeline_reason": "different_rows",
+    ...                   "pred_columns": ["t.a"], "gold_columns": ["t.b"]})
+    'wrong_columns'
+    """
+    if not row["usable"]:
+        return "unusable"
+    if row["pipeline_match"]:
+        return "correct"
+    reason = row["pipeline_reason"]
+    if reason == "no_sql":
+        return "no_sql"
+    if reason == "pred_timeout":
+        return "timeout"
+    if reason == "pred_error":
+        error = (row.get("pred_error") or "").lower()
+        if any(s in error for s in _SYNTAX):
+            return "syntax_error"
+        if any(s in error for s in _SCHEMA):
+            return "schema_error"
+        return "other_error"
+    pred, gold = row.get("pred_columns"), row.get("gold_columns")
+    if pred is not None and gold is not None and set(pred) != set(gold):
+        return "wrong_columns"
+    return "wrong_result"
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Scores over the usable rows, overall and `by_complexity`, plus failure counts."""
+    usable = [r for r in rows if r["usable"]]
+    levels = defaultdict(list)
+    for r in usable:
+        levels[r["complexity"]].append(r)
+    summary = {"n": len(rows), **scores(usable)}
+    summary["unusable"] = len(rows) - len(usable)
+    summary["failures"] = failure_counts(rows)
+    summary["by_complexity"] = {k: scores(v) for k, v in sorted(levels.items())}
+    return summary
+
+
+def failure_counts(rows: list[dict]) -> dict[str, int]:
+    counts = Counter(failure_category(r) for r in rows)
+    return {c: counts[c] for c in FAILURE_CATEGORIES if counts[c]}
+
+
+def scores(rows: list[dict]) -> dict:
+    """The scores of one group of usable rows (see the module docstring)."""
+    n = len(rows)
+    scored = [r for r in rows if r["recall"] is not None]
+    correct = [r for r in rows if r["pipeline_match"]]
+    resolved = [r for r in correct if r.get("non_gold") is not None]
+    voted = [r for r in rows if r.get("maj_match") is not None]
+    out = {
+        "usable": n,
+        "pipeline_correct": len(correct),
+        "pipeline_ex": _mean(rows, "pipeline_match"),
+        "generator_correct": sum(bool(r["generator_match"]) for r in rows),
+        "generator_ex": _mean(rows, "generator_match"),
+        "retriever_scored": len(scored),
+        "retriever_recall": _mean(scored, "recall"),
+        "retriever_precision": _mean(scored, "precision"),
+        "retriever_exact": _mean(scored, "exact_columns"),
+        "covers_gold": _mean(scored, "covers_gold"),
+        "retriever_fallback_rate": _mean(rows, "retriever_fallback"),
+        "non_gold_ratio": _mean(resolved, "non_gold"),
+        "non_gold_of": len(resolved),
+        "no_sql_rate": round(sum(r["pred_sql"] is None for r in rows) / n, 4) if n else 0.0,
+        "retriever_tokens": _mean(rows, "retriever_tokens", 1),
+        "generator_tokens": _mean(rows, "generator_tokens", 1),
+        "tokens_per_query": round(
+            sum(r["retriever_tokens"] + r["generator_tokens"] for r in rows) / n, 1
+        )
+        if n
+        else 0.0,
+    }
+    if voted:
+        out["maj_k"] = voted[0]["maj_k"]
+        out["maj_correct"] = sum(bool(r["maj_match"]) for r in voted)
+        out["maj_ex"] = _mean(voted, "maj_match")
+    return out
+
+
+def _mean(rows: list[dict], key: str, digits: int = 4) -> float:
+    return round(sum(float(r[key]) for r in rows) / len(rows), digits) if rows else 0.0

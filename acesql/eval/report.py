@@ -1,0 +1,304 @@
+"""The evaluation report: one HTML file with its plots embedded, readable offline.
+
+    write_report("results/dev/report.html", summary, rows)
+
+What it shows: the headline scores with their counts; EX by complexity (pipeline, maj@k,
+generator ability); pipeline EX against retriever recall; output tokens per query; the
+failure categories with a few examples each, so a reader sees what went wrong.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from acesql.eval.metrics import FAILURE_CATEGORIES  # noqa: E402
+
+EXAMPLES_PER_CATEGORY = 3
+COLORS = {"pipeline": "#3b6fb6", "maj": "#8a5cc2", "generator": "#e08a2c"}
+FAILURE_HELP = {
+    "no_sql": "The generator's answer holds no SQL block.",
+    "syntax_error": "SQLite could not parse the SQL.",
+    "schema_error": "The SQL names a table or column the database does not have.",
+    "other_error": "The SQL was refused or failed for another reason.",
+    "timeout": "The SQL ran past the execution timeout.",
+    "wrong_columns": "It ran, but returned other rows, using other columns than the gold SQL.",
+    "wrong_result": "It ran with the gold SQL's columns, but returned other rows.",
+}
+RECALL_BUCKETS = (("0", 0.0, 0.0), ("(0, .5)", 0.0, 0.5), ("[.5, 1)", 0.5, 1.0), ("1", 1.0, 1.0))
+
+
+def write_report(path: str | Path, summary: dict, rows: list[dict]) -> None:
+    """Write the report for one evaluation (`summary` from `acesql.eval.metrics`)."""
+    usable = [r for r in rows if r.get("usable")]
+    sections = [
+        _header(summary),
+        _cards(summary),
+        "<h2>Execution accuracy by complexity</h2>",
+        _image(ex_by_complexity_figure(summary)),
+        _complexity_table(summary),
+        "<h2>Retriever recall and pipeline EX</h2>",
+        "<p>Questions bucketed by the share of the gold SQL's columns the retriever chose; "
+        "bars: pipeline EX of each bucket, labels: correct / questions.</p>",
+        _image(recall_figure(usable)),
+        "<h2>Output tokens per query</h2>",
+        _image(tokens_figure(usable)),
+        "<h2>Failures</h2>",
+        _failure_table(summary, usable),
+    ]
+    page = _PAGE.format(title=html.escape(_title(summary)), body="\n".join(sections))
+    Path(path).write_text(page)
+
+
+# ------------------------------------------------------------------------------ figures
+def ex_by_complexity_figure(summary: dict):
+    """Grouped bars: pipeline EX, maj@k (when run) and generator EX per level and overall."""
+    groups = {**summary.get("by_complexity", {}), "overall": summary}
+    series = [("pipeline", "pipeline_ex", "pipeline_correct", "pipeline EX")]
+    if "maj_ex" in summary:
+        series.append(("maj", "maj_ex", "maj_correct", f"maj@{summary['maj_k']}"))
+    series.append(("generator", "generator_ex", "generator_correct", "generator (gold columns)"))
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups) + 2), 3.8))
+    for s, (color, key, count, label) in enumerate(series):
+        xs = [i + (s - (len(series) - 1) / 2) * width for i in range(len(groups))]
+        values = [100 * g.get(key, 0.0) for g in groups.values()]
+        bars = ax.bar(xs, values, width, color=COLORS[color], label=label)
+        texts = [f"{g.get(count, 0)}/{g.get('usable', 0)}" for g in groups.values()]
+        ax.bar_label(bars, texts, fontsize=7, padding=2)
+    ax.set_xticks(range(len(groups)), list(groups))
+    ax.set_ylabel("EX (%)")
+    ax.set_ylim(0, 110)
+    ax.legend(fontsize=8, loc="upper right", ncols=len(series))
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def recall_figure(rows: list[dict]):
+    """Pipeline EX per bucket of retriever recall."""
+    scored = [r for r in rows if r.get("recall") is not None]
+    labels, values, texts = [], [], []
+    for label, low, high in RECALL_BUCKETS:
+        if low == high:
+            members = [r for r in scored if r["recall"] == low]
+        else:
+            members = [r for r in scored if low <= r["recall"] < high and 0 < r["recall"] < 1]
+        correct = sum(bool(r["pipeline_match"]) for r in members)
+        labels.append(label)
+        values.append(100 * correct / len(members) if members else 0.0)
+        texts.append(f"{correct}/{len(members)}")
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    bars = ax.bar(labels, values, color=COLORS["pipeline"])
+    ax.bar_label(bars, texts, fontsize=8, padding=2)
+    ax.set_xlabel("retriever recall of the gold columns")
+    ax.set_ylabel("pipeline EX (%)")
+    ax.set_ylim(0, 110)
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def tokens_figure(rows: list[dict]):
+    """Histogram of output tokens per query, stacked by role."""
+    retriever = [r["retriever_tokens"] for r in rows]
+    generator = [r["generator_tokens"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    if rows:
+        ax.hist(
+            [retriever, generator],
+            bins=20,
+            stacked=True,
+            color=[COLORS["pipeline"], COLORS["generator"]],
+            label=["retriever", "generator"],
+        )
+        ax.legend(fontsize=8)
+    ax.set_xlabel("output tokens per query (greedy pipeline)")
+    ax.set_ylabel("questions")
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def _image(fig) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    data = base64.b64encode(buffer.getvalue()).decode()
+    return f'<img alt="plot" src="data:image/png;base64,{data}">'
+
+
+# --------------------------------------------------------------------------------- html
+def _title(summary: dict) -> str:
+    return f"acesql evaluation: {summary.get('split', '')} of {summary.get('dataset', '')}"
+
+
+def _header(summary: dict) -> str:
+    facts = [
+        ("model", summary.get("model")),
+        ("dataset", summary.get("dataset")),
+        ("split", summary.get("split")),
+        ("match mode", summary.get("mode")),
+        ("questions", f"{summary.get('n', 0)} ({summary.get('unusable', 0)} unusable)"),
+        ("time", f"{summary.get('seconds', 0)} s"),
+    ]
+    items = "".join(
+        f"<dt>{k}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts if v is not None
+    )
+    return f"<h1>{html.escape(_title(summary))}</h1><dl class='facts'>{items}</dl>"
+
+
+def _cards(summary: dict) -> str:
+    n = summary.get("usable", 0)
+    cards = [
+        ("pipeline EX", _pct(summary.get("pipeline_ex")), f"{summary.get('pipeline_correct')}/{n}")
+    ]
+    if "maj_ex" in summary:
+        cards.append(
+            (f"maj@{summary['maj_k']} EX", _pct(summary["maj_ex"]), f"{summary['maj_correct']}/{n}")
+        )
+    cards += [
+        (
+            "generator ability",
+            _pct(summary.get("generator_ex")),
+            f"{summary.get('generator_correct')}/{n}",
+        ),
+        (
+            "retriever recall",
+            _pct(summary.get("retriever_recall")),
+            f"covers gold {_pct(summary.get('covers_gold'))}",
+        ),
+        (
+            "non-gold ratio",
+            _pct(summary.get("non_gold_ratio")),
+            f"of {summary.get('non_gold_of', 0)} correct",
+        ),
+        ("tokens / query", f"{summary.get('tokens_per_query', 0)}", "retriever + generator"),
+    ]
+    return (
+        "<div class='cards'>"
+        + "".join(
+            f"<div class='card'><div class='label'>{html.escape(label)}</div>"
+            f"<div class='value'>{value}</div><div class='sub'>{html.escape(sub)}</div></div>"
+            for label, value, sub in cards
+        )
+        + "</div>"
+    )
+
+
+def _complexity_table(summary: dict) -> str:
+    groups = {**summary.get("by_complexity", {}), "overall": summary}
+    columns = [("questions", "usable", None), ("pipeline EX", "pipeline_ex", "pipeline_correct")]
+    if "maj_ex" in summary:
+        columns.append((f"maj@{summary['maj_k']}", "maj_ex", "maj_correct"))
+    columns += [
+        ("generator EX", "generator_ex", "generator_correct"),
+        ("recall", "retriever_recall", None),
+        ("precision", "retriever_precision", None),
+        ("exact set", "retriever_exact", None),
+        ("covers gold", "covers_gold", None),
+        ("non-gold", "non_gold_ratio", None),
+        ("tokens", "tokens_per_query", None),
+    ]
+    head = "".join(f"<th>{c}</th>" for c, _, _ in columns)
+    body = ""
+    for name, g in groups.items():
+        cells = []
+        for _, key, count in columns:
+            value = g.get(key, 0)
+            if key in ("usable", "tokens_per_query"):
+                cells.append(f"<td>{value}</td>")
+            elif count:
+                cells.append(f"<td>{_pct(value)} <span class='n'>({g.get(count, 0)})</span></td>")
+            else:
+                cells.append(f"<td>{_pct(value)}</td>")
+        body += f"<tr><th>{html.escape(name)}</th>{''.join(cells)}</tr>"
+    return f"<table><tr><th>level</th>{head}</tr>{body}</table>"
+
+
+def _failure_table(summary: dict, rows: list[dict]) -> str:
+    counts = summary.get("failures", {})
+    total = sum(counts.values())
+    if not total:
+        return "<p>No failures.</p>"
+    parts = [
+        f"<p>{total} of {summary.get('usable', 0)} usable questions failed in the pipeline; "
+        "by category, most common first, with up to "
+        f"{EXAMPLES_PER_CATEGORY} examples each.</p>",
+        "<table><tr><th>category</th><th>count</th><th>share</th><th>what it means</th></tr>",
+    ]
+    ordered = sorted(counts, key=lambda c: (-counts[c], FAILURE_CATEGORIES.index(c)))
+    for category in ordered:
+        parts.append(
+            f"<tr><th>{category}</th><td>{counts[category]}</td>"
+            f"<td>{_pct(counts[category] / total)}</td><td>{FAILURE_HELP[category]}</td></tr>"
+        )
+    parts.append("</table>")
+    for category in ordered:
+        examples = [r for r in rows if r.get("category") == category][:EXAMPLES_PER_CATEGORY]
+        parts.append(f"<h3>{category}</h3>")
+        parts.extend(_example(r) for r in examples)
+    return "\n".join(parts)
+
+
+def _example(row: dict) -> str:
+    missing = sorted(set(row.get("gold_columns") or []) - set(row.get("retrieved_columns") or []))
+    detail = row.get("pred_error") or row.get("pipeline_reason", "")
+    lines = [
+        ("question", html.escape(row["question"])),
+        ("database", html.escape(str(row["db_id"]))),
+        ("gold SQL", f"<code>{html.escape(row['gold_sql'])}</code>"),
+        ("predicted", f"<code>{html.escape(row.get('pred_sql') or '(no SQL)')}</code>"),
+        ("outcome", html.escape(str(detail))),
+    ]
+    if missing:
+        lines.append(("gold columns not retrieved", html.escape(", ".join(missing))))
+    items = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in lines)
+    return f"<dl class='example'>{items}</dl>"
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font: 14px/1.45 system-ui, sans-serif; color: #222; max-width: 1100px;
+       margin: 2em auto; padding: 0 1.5em; }}
+h1 {{ font-size: 1.5em; margin-bottom: .3em; }}
+h2 {{ font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; padding-bottom: .2em; }}
+h3 {{ font-size: 1em; margin: 1.2em 0 .4em; }}
+dl.facts {{ display: grid; grid-template-columns: max-content 1fr; gap: .1em 1em;
+            color: #555; margin: 0; }}
+dl.facts dt {{ font-weight: 600; }}
+dl.facts dd {{ margin: 0; word-break: break-all; }}
+.cards {{ display: flex; flex-wrap: wrap; gap: .8em; margin: 1.5em 0; }}
+.card {{ border: 1px solid #ddd; border-radius: 6px; padding: .6em 1em; min-width: 9em; }}
+.card .label {{ color: #666; font-size: .85em; }}
+.card .value {{ font-size: 1.6em; font-weight: 600; }}
+.card .sub {{ color: #888; font-size: .8em; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+th, td {{ border: 1px solid #ddd; padding: .3em .6em; text-align: right; }}
+th {{ background: #f6f6f6; }}
+tr th:first-child {{ text-align: left; }}
+td:last-child {{ text-align: left; }}
+span.n {{ color: #888; font-size: .85em; }}
+img {{ max-width: 100%; }}
+dl.example {{ display: grid; grid-template-columns: max-content 1fr; gap: .15em 1em;
+              border-left: 3px solid #ddd; padding: .3em .8em; margin: .6em 0; }}
+dl.example dt {{ color: #666; }}
+dl.example dd {{ margin: 0; }}
+code {{ font: 12.5px ui-monospace, monospace; white-space: pre-wrap; word-break: break-word; }}
+</style></head>
+<body>
+{body}
+</body></html>
+"""

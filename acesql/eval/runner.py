@@ -1,0 +1,162 @@
+"""A restartable evaluation that writes its results to a folder.
+
+Questions are evaluated in chunks; each finished chunk is appended to
+`<out>/.partial-<fingerprint>.jsonl` in one write. A killed evaluation, started again with the
+same model, questions and settings, reads that file and goes on from the next chunk. The
+fingerprint covers all three, so a changed setting never mixes with old rows. Sampling seeds
+are derived from the chunk's position, so a resumed run samples what an unbroken one would.
+
+When every chunk is done the folder holds:
+
+- `metrics.json`: the summary (`acesql.eval.metrics`), with model, dataset, split and time;
+- `rows.jsonl`: one row per question (`acesql.eval.pipeline`);
+- `predict_dev.json`: the pipeline's SQL in BIRD's official format;
+- `report.html`: the report (`acesql.eval.report`), with its plots embedded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from acesql.data.loaders import Example
+from acesql.eval.metrics import summarize
+from acesql.eval.pipeline import evaluate_examples
+from acesql.eval.report import write_report
+from acesql.eval.sql_eval import write_bird_predictions
+from acesql.sft.data import SchemaCache
+
+CHUNK_SIZE = 16  # questions per saved chunk: the work a kill can lose
+
+
+def evaluate_to_folder(
+    examples: list[Example],
+    engine,
+    prompts,
+    executor,
+    out_dir: str | Path,
+    *,
+    model: str,
+    dataset: str,
+    split: str,
+    settings: dict,
+    chunk_size: int = CHUNK_SIZE,
+    progress: bool = True,
+) -> tuple[dict, list[dict]]:
+    """Evaluate `examples`, resuming a killed run of the same job; write the folder.
+
+    `settings` are `evaluate_examples`' keyword arguments (mode, retriever_samples,
+    vote_threshold, max_new_tokens, maj_k, maj_temperature, seed) plus anything else that
+    changes the results (e.g. the engine's precision); all of it enters the fingerprint.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    partial = out / f".partial-{fingerprint(model, examples, settings)}.jsonl"
+    done = _read_partial(partial)
+    start = time.monotonic()
+    schemas = SchemaCache(prompts.sample_values)
+    chunks = [examples[i : i + chunk_size] for i in range(0, len(examples), chunk_size)]
+    options = {k: v for k, v in settings.items() if k in _EVAL_ARGS}
+    seed = options.pop("seed", 0)
+    bar = tqdm(total=len(examples), desc=f"evaluate {split}", unit="q", disable=not progress)
+    bar.update(sum(len(c) for c in chunks if _key(c) in done))
+    _end_with_newline(partial)
+    with partial.open("a") as fh:
+        for number, chunk in enumerate(chunks):
+            if _key(chunk) in done:
+                continue
+            _, rows = evaluate_examples(
+                chunk,
+                engine,
+                prompts,
+                executor,
+                seed=seed + number,
+                schemas=schemas,
+                **options,
+            )
+            done[_key(chunk)] = rows
+            fh.write(json.dumps({"chunk": _key(chunk), "rows": rows}, default=str) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+            bar.update(len(chunk))
+    bar.close()
+    rows = [row for chunk in chunks for row in done[_key(chunk)]]
+    summary = {
+        "model": model,
+        "dataset": dataset,
+        "split": split,
+        "mode": settings.get("mode", "multiset"),
+        **summarize(rows),
+        "seconds": round(time.monotonic() - start, 1),
+    }
+    _write_json(out / "metrics.json", summary)
+    with (out / "rows.jsonl").open("w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    write_bird_predictions(out / "predict_dev.json", rows)
+    write_report(out / "report.html", summary, rows)
+    partial.unlink()
+    return summary, rows
+
+
+_EVAL_ARGS = {
+    "mode",
+    "retriever_samples",
+    "vote_threshold",
+    "max_new_tokens",
+    "maj_k",
+    "maj_temperature",
+    "seed",
+}
+
+
+def fingerprint(model: str, examples: list[Example], settings: dict) -> str:
+    """A short hash of what decides the results: model files, questions, settings."""
+    root = Path(model)
+    files = sorted(root.iterdir()) if root.is_dir() else []
+    identity = {
+        "model": str(root.resolve()),
+        "files": [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()],
+        "questions": [(e.index, e.db_id, e.question, e.sql) for e in examples],
+        "settings": settings,
+    }
+    blob = json.dumps(identity, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _key(chunk: list[Example]) -> str:
+    return f"{chunk[0].index}-{chunk[-1].index}-{len(chunk)}"
+
+
+def _read_partial(path: Path) -> dict[str, list[dict]]:
+    """Finished chunks of an earlier attempt; a line cut short by a kill is ignored."""
+    done = {}
+    if not path.is_file():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+            done[record["chunk"]] = record["rows"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    return done
+
+
+def _end_with_newline(path: Path) -> None:
+    """After a kill mid-write, start the next record on a line of its own."""
+    if path.is_file() and path.stat().st_size:
+        with path.open("rb+") as fh:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp.replace(path)

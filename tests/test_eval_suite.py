@@ -1,0 +1,340 @@
+"""The evaluation suite: maj@k voting, metrics, failure categories, restartable runs,
+BIRD-format predictions, the HTML report and the comparison of two evaluations."""
+
+import json
+import re
+from dataclasses import replace
+
+import pytest
+
+from acesql.data.loaders import load_dataset
+from acesql.errors import DataError
+from acesql.eval.compare import compare_table, load_evaluation
+from acesql.eval.metrics import failure_category, summarize
+from acesql.eval.pipeline import evaluate_examples
+from acesql.eval.runner import evaluate_to_folder
+from acesql.eval.sql_eval import load_predictions, write_bird_predictions
+from acesql.eval.voting import majority_vote
+from acesql.models.engine import Completion
+from acesql.sql.execution import ExecResult
+from acesql.sql.executor import BatchExecutor
+
+
+def ok(*rows):
+    return ExecResult(ok=True, rows=list(rows))
+
+
+BAD = ExecResult(ok=False, error="near SELEC: syntax error")
+CUT = ExecResult(ok=True, rows=[(1,)], truncated=True)
+
+# (sqls, results, mode, expected winner, votes, valid, groups)
+VOTES = [
+    (["a", "b", "c"], [ok((1,)), ok((2,)), ok((2,))], "multiset", 1, 2, 3, 2),
+    # a tie goes to the group sampled first
+    (["a", "b", "c", "d"], [ok((2,)), ok((1,)), ok((1,)), ok((2,))], "multiset", 0, 2, 4, 2),
+    # failed, empty and truncated SQL never vote, however many there are
+    (["x", "y", "", "z", "w"], [BAD, BAD, ok((7,)), CUT, ok((3,))], "multiset", 4, 1, 1, 1),
+    (["x"], [BAD], "multiset", None, 0, 0, 0),
+    # floats equal to 6 digits and row order: one answer in multiset mode
+    (["a", "b"], [ok((1.0000001,), (2,)), ok((2,), (1.0,))], "multiset", 0, 2, 2, 1),
+    # bird compares sets: duplicates do not matter
+    (["a", "b", "c"], [ok((1,)), ok((1,), (1,)), ok((5,))], "bird", 0, 2, 3, 2),
+    # spider lets columns permute; multiset does not
+    (["a", "b", "c"], [ok((1, "x")), ok(("x", 1)), ok((9, "y"))], "spider", 0, 2, 3, 2),
+    (["a", "b", "c"], [ok((1, "x")), ok(("x", 1)), ok((9, "y"))], "multiset", 0, 1, 3, 3),
+    # spider with ORDER BY in the representative: order matters
+    (
+        ["SELECT a FROM t ORDER BY a", "SELECT a FROM t"],
+        [ok((1,), (2,)), ok((2,), (1,))],
+        "spider",
+        0,
+        1,
+        2,
+        2,
+    ),
+]
+
+
+@pytest.mark.parametrize("sqls, results, mode, winner, votes, valid, groups", VOTES)
+def test_majority_vote(sqls, results, mode, winner, votes, valid, groups):
+    vote = majority_vote(sqls, results, mode)
+    assert (vote.winner, vote.votes, vote.valid, vote.groups) == (winner, votes, valid, groups)
+
+
+def test_majority_vote_needs_one_result_per_sql():
+    with pytest.raises(ValueError, match="2 SQLs but 1 results"):
+        majority_vote(["a", "b"], [BAD], "multiset")
+
+
+FAILED = {"usable": True, "pipeline_match": False}
+CATEGORIES = [
+    ({"usable": False}, "unusable"),
+    ({"usable": True, "pipeline_match": True}, "correct"),
+    ({**FAILED, "pipeline_reason": "no_sql"}, "no_sql"),
+    ({**FAILED, "pipeline_reason": "pred_timeout"}, "timeout"),
+    ({**FAILED, "pipeline_reason": "pred_error", "pred_error": "incomplete input"}, "syntax_error"),
+    (
+        {**FAILED, "pipeline_reason": "pred_error", "pred_error": "no such column: t.zz"},
+        "schema_error",
+    ),
+    (
+        {**FAILED, "pipeline_reason": "pred_error", "pred_error": "only SELECT ... allowed"},
+        "other_error",
+    ),
+    (
+        {**FAILED, "pipeline_reason": "different_rows", "pred_columns": ["t.a"]}
+        | {"gold_columns": ["t.a", "t.b"]},
+        "wrong_columns",
+    ),
+    (
+        {**FAILED, "pipeline_reason": "different_row_count", "pred_columns": ["t.b", "t.a"]}
+        | {"gold_columns": ["t.a", "t.b"]},
+        "wrong_result",
+    ),
+    ({**FAILED, "pipeline_reason": "different_rows", "pred_columns": None}, "wrong_result"),
+]
+
+
+@pytest.mark.parametrize("row, category", CATEGORIES)
+def test_failure_category(row, category):
+    assert failure_category(row) == category
+
+
+def _row(match, *, complexity="simple", recall=1.0, non_gold=None, maj=None, covers=True):
+    return {
+        "usable": True,
+        "complexity": complexity,
+        "pipeline_match": match,
+        "pipeline_reason": "match" if match else "different_rows",
+        "generator_match": True,
+        "recall": recall,
+        "precision": 0.5,
+        "exact_columns": False,
+        "covers_gold": covers,
+        "retriever_fallback": False,
+        "non_gold": non_gold,
+        "pred_sql": "SELECT 1",
+        "retriever_tokens": 10,
+        "generator_tokens": 20,
+        "maj_k": 4,
+        "maj_match": maj,
+    }
+
+
+def test_summary_by_hand():
+    rows = [
+        _row(True, non_gold=True, maj=True),
+        _row(True, non_gold=False, maj=True, complexity="moderate"),
+        _row(True, non_gold=None, maj=False),  # correct, columns unresolved: not in non-gold
+        _row(False, recall=0.5, covers=False, maj=True, complexity="moderate"),
+        {"usable": False, "complexity": "simple", "category": "unusable"},
+    ]
+    s = summarize(rows)
+    assert (s["n"], s["usable"], s["unusable"]) == (5, 4, 1)
+    assert (s["pipeline_correct"], s["pipeline_ex"]) == (3, 0.75)
+    assert (s["maj_correct"], s["maj_ex"], s["maj_k"]) == (3, 0.75, 4)
+    assert (s["non_gold_ratio"], s["non_gold_of"]) == (0.5, 2)
+    assert s["covers_gold"] == 0.75 and s["retriever_recall"] == 0.875
+    assert s["tokens_per_query"] == 30.0
+    assert s["failures"] == {"wrong_result": 1}
+    assert s["by_complexity"]["moderate"]["pipeline_ex"] == 0.5
+    assert s["by_complexity"]["simple"]["usable"] == 2
+
+
+class Scripted:
+    """Retriever answers the gold columns; the generator answers from `answers(example, i)`,
+    i = sample number (0 for greedy). Counts prompts, and can fail after `fail_after` calls."""
+
+    def __init__(self, examples, answers, fail_after=None):
+        self.examples, self.answers, self.fail_after = examples, answers, fail_after
+        self.calls, self.prompts = 0, 0
+
+    def generate(self, prompts, n=1, **kw):
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise KeyboardInterrupt("killed")
+        self.calls += 1
+        self.prompts += len(prompts)
+        out = []
+        for p in prompts:
+            ex = next(e for e in self.examples if e.question in p)
+            if "schema linking" in p:
+                texts = ["```\n[" + ", ".join(ex.gold_columns) + "]\n```"] * n
+            else:
+                greedy = kw.get("temperature") == 0.0
+                texts = [
+                    f"```sql\n{self.answers(ex, 0 if greedy else i + 1)}\n```" for i in range(n)
+                ]
+            out.append([Completion(t, [1] * 3, [-0.1] * 3, "stop") for t in texts])
+        return out
+
+
+@pytest.fixture(scope="module")
+def setup(synth_dir, tiny_model_dir):
+    from acesql.models.base_model import load_tokenizer
+    from acesql.models.prompts import PromptBuilder
+
+    examples = load_dataset(synth_dir, "synth", "train").examples[:12]
+    return examples, PromptBuilder(load_tokenizer(tiny_model_dir))
+
+
+def test_maj_at_k_outvotes_a_wrong_greedy_answer(setup):
+    examples, prompts = setup
+    # greedy: wrong; samples 1 and 3: the gold SQL; sample 2: broken; sample 4: another answer
+    answers = {0: "SELECT 12345", 1: None, 2: "SELEC nothing", 3: None, 4: "SELECT 54321"}
+    engine = Scripted(examples, lambda ex, i: answers[i] or ex.sql)
+    with BatchExecutor(workers=0) as executor:
+        summary, rows = evaluate_examples(examples, engine, prompts, executor, maj_k=4)
+    assert summary["pipeline_ex"] == 0.0 and summary["maj_ex"] == 1.0
+    assert all(r["maj_votes"] == 2 and r["maj_valid"] == 3 for r in rows)
+    assert all(r["maj_sql"] == r["gold_sql"] for r in rows)
+    assert {r["category"] for r in rows} == {"wrong_columns"}  # SELECT 12345 reads no column
+
+
+def test_non_gold_ratio_counts_correct_sql_with_other_columns(setup, synth_dir):
+    examples, prompts = setup
+    # the gold SQL with an always-true condition on another column: same rows, other columns
+    first = examples[0]
+    table = first.gold_columns[0].split(".")[0]
+    others = [c for c in _schema_columns(synth_dir, first) if c.startswith(table + ".")]
+    extra = next(c for c in others if c not in first.gold_columns)
+
+    def answer(ex, i):
+        if ex is first:
+            return f"SELECT * FROM ({ex.sql}) WHERE EXISTS (SELECT {extra} FROM {table})"
+        return ex.sql
+
+    with BatchExecutor(workers=0) as executor:
+        summary, rows = evaluate_examples(examples, Scripted(examples, answer), prompts, executor)
+    first_row = next(r for r in rows if r["index"] == first.index)
+    assert first_row["pipeline_match"] and first_row["non_gold"] is True
+    assert extra in first_row["pred_columns"]
+    resolved = summary["non_gold_of"]
+    assert resolved >= 1 and summary["non_gold_ratio"] == pytest.approx(1 / resolved, abs=1e-4)
+
+
+def _schema_columns(synth_dir, example):
+    from acesql.sql.schema import Schema
+
+    return Schema.from_sqlite(example.db_path, n_samples=0).column_ids
+
+
+def test_unusable_examples_are_counted_not_run(setup):
+    examples, prompts = setup
+    broken = [replace(examples[0], unusable="database missing")]
+    engine = Scripted(examples, lambda ex, i: ex.sql)
+    with BatchExecutor(workers=0) as executor:
+        summary, rows = evaluate_examples(broken + examples[1:3], engine, prompts, executor)
+    assert (summary["n"], summary["usable"], summary["unusable"]) == (3, 2, 1)
+    assert rows[-1]["category"] == "unusable" and rows[-1]["unusable_reason"] == "database missing"
+
+
+def test_a_killed_evaluation_resumes_without_redoing_chunks(setup, tmp_path, tiny_model_dir):
+    examples, prompts = setup
+    answer = lambda ex, i: ex.sql if ex.index % 2 else "SELECT 0"  # noqa: E731
+    kwargs = dict(
+        model=str(tiny_model_dir),
+        dataset="synth",
+        split="dev",
+        settings={"mode": "multiset", "maj_k": 2, "seed": 3},
+        chunk_size=4,
+        progress=False,
+    )
+    with BatchExecutor(workers=0) as executor:
+        # 3 chunks of 4; each chunk calls generate 3 times: the kill lands in the second chunk
+        dying = Scripted(examples, answer, fail_after=4)
+        with pytest.raises(KeyboardInterrupt):
+            evaluate_to_folder(examples, dying, prompts, executor, tmp_path / "a", **kwargs)
+        partial = list((tmp_path / "a").glob(".partial-*.jsonl"))
+        assert len(partial) == 1 and len(partial[0].read_text().splitlines()) == 1
+        with partial[0].open("a") as fh:
+            fh.write('{"chunk": "4-7-4", "rows": [')  # a write cut short by the kill
+        resumed = Scripted(examples, answer)
+        summary, rows = evaluate_to_folder(
+            examples, resumed, prompts, executor, tmp_path / "a", **kwargs
+        )
+        assert resumed.calls == 2 * 3  # only the two unfinished chunks
+        unbroken = Scripted(examples, answer)
+        summary_b, rows_b = evaluate_to_folder(
+            examples, unbroken, prompts, executor, tmp_path / "b", **kwargs
+        )
+    assert rows == rows_b and [r["index"] for r in rows] == [e.index for e in examples]
+    assert summary["pipeline_ex"] == summary_b["pipeline_ex"] == 0.5
+    assert not list((tmp_path / "a").glob(".partial-*"))
+    for name in ("metrics.json", "rows.jsonl", "predict_dev.json", "report.html"):
+        assert (tmp_path / "a" / name).is_file()
+    # a changed setting is another job: nothing is reused
+    changed = Scripted(examples, answer)
+    kwargs["settings"] = {**kwargs["settings"], "maj_k": 3}
+    with BatchExecutor(workers=0) as executor:
+        evaluate_to_folder(examples, changed, prompts, executor, tmp_path / "a", **kwargs)
+    assert changed.calls == 3 * 3
+
+
+def test_bird_predictions_round_trip(tmp_path):
+    rows = [
+        {"index": 0, "db_id": "shop", "pred_sql": "SELECT name\nFROM t WHERE x = 'a\tb'"},
+        {"index": 7, "db_id": "school", "pred_sql": None},
+    ]
+    path = tmp_path / "predict_dev.json"
+    write_bird_predictions(path, rows)
+    raw = json.loads(path.read_text())
+    assert raw["7"] == "\t----- bird -----\tschool"
+    assert raw["0"].endswith("\t----- bird -----\tshop")
+    assert load_predictions(path) == {0: rows[0]["pred_sql"], 7: ""}
+
+
+def test_report_shows_plots_failures_and_escapes_text(setup, tmp_path):
+    from acesql.eval.report import write_report
+
+    examples, prompts = setup
+    examples = [replace(examples[0], question="<b>bold</b>?")]
+    engine = Scripted(examples, lambda ex, i: "SELECT name FROM WHERE")
+    with BatchExecutor(workers=0) as executor:
+        summary, rows = evaluate_examples(examples, engine, prompts, executor, maj_k=2)
+    write_report(tmp_path / "r.html", {**summary, "split": "dev", "dataset": "d"}, rows)
+    page = (tmp_path / "r.html").read_text()
+    assert len(re.findall(r'src="data:image/png;base64,[A-Za-z0-9+/=]{200,}"', page)) == 3
+    assert "syntax_error" in page and "SELECT name FROM WHERE" in page and "maj@2" in page
+    assert "&lt;b&gt;bold&lt;/b&gt;?" in page and "<b>bold</b>" not in page
+
+
+def _write_metrics(folder, split, pipeline_ex, simple_ex):
+    folder.mkdir(parents=True)
+    summary = {
+        "split": split,
+        "usable": 10,
+        "pipeline_ex": pipeline_ex,
+        "generator_ex": 0.5,
+        "model": "m",
+        "by_complexity": {"simple": {"usable": 4, "pipeline_ex": simple_ex}},
+    }
+    (folder / "metrics.json").write_text(json.dumps(summary))
+
+
+def test_compare_two_result_folders(tmp_path):
+    _write_metrics(tmp_path / "a" / "dev", "dev", 0.1, 0.25)
+    _write_metrics(tmp_path / "b", "dev", 0.3, 0.5)
+    a, b = load_evaluation(str(tmp_path / "a")), load_evaluation(str(tmp_path / "b"))
+    table = compare_table(a, b, "a", "b")
+    assert re.search(r"pipeline EX\s+10\.0%\s+30\.0%\s+\+20\.0", table)
+    assert re.search(r"simple: pipeline EX\s+25\.0%\s+50\.0%\s+\+25\.0", table)
+    assert re.search(r"generator EX\s+50\.0%\s+50\.0%\s+\+0\.0", table)
+
+
+def test_compare_reads_mlflow_runs(tmp_path):
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("e")
+    run = client.create_run(experiment).info.run_id
+    client.log_metric(run, "dev/pipeline_ex", 0.2)
+    client.log_metric(run, "dev/simple/pipeline_ex", 0.4)
+    _write_metrics(tmp_path / "b", "dev", 0.3, 0.5)
+    table = compare_table(load_evaluation(run, uri), load_evaluation(str(tmp_path / "b")))
+    assert re.search(r"pipeline EX\s+20\.0%\s+30\.0%\s+\+10\.0", table)
+    assert re.search(r"simple: pipeline EX\s+40\.0%\s+50\.0%\s+\+10\.0", table)
+    with pytest.raises(DataError, match="neither a result folder nor an MLflow run id"):
+        load_evaluation("no-such-thing", uri)
+    with pytest.raises(DataError, match="no MLflow run"):
+        load_evaluation("0" * 32, uri)
