@@ -338,3 +338,27 @@ def test_compare_reads_mlflow_runs(tmp_path):
         load_evaluation("no-such-thing", uri)
     with pytest.raises(DataError, match="no MLflow run"):
         load_evaluation("0" * 32, uri)
+
+
+@pytest.mark.slow
+@pytest.mark.spider
+def test_the_sft_default_on_50_spider_questions(spider_dir, tmp_path):
+    """End to end on human-written questions: `make run`'s SFT model, 50 Spider dev questions."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model = Path(__file__).parents[1] / "models" / "sft"
+    if not (model / "model.safetensors").is_file():
+        pytest.skip("models/sft is missing: `make run` trains it")
+    command = [sys.executable, "-m", "acesql.cli", "eval", "--model", str(model)]
+    command += ["--dataset", str(spider_dir), "--format", "spider", "--limit", "50"]
+    command += ["--maj-k", "2", "--max-new-tokens", "128", "--out", str(tmp_path)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = json.loads(proc.stdout)
+    assert metrics["n"] == 50 and metrics["usable"] + metrics["unusable"] == 50
+    assert metrics["mode"] == "spider" and metrics["maj_k"] == 2
+    assert 0 <= metrics["pipeline_ex"] <= 1 and metrics["tokens_per_query"] > 0
+    assert len(json.loads((tmp_path / "predict_dev.json").read_text())) == 50
+    assert "<img" in (tmp_path / "report.html").read_text()

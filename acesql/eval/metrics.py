@@ -27,6 +27,18 @@ FAILURE_CATEGORIES = (
     "wrong_columns",  # ran, wrong rows, and used other columns than the gold SQL
     "wrong_result",  # ran, wrong rows, with the gold SQL's columns (or unknown columns)
 )
+# difficulty labels of the synthetic data, Spider and BIRD, easiest first; others sort after
+LEVEL_ORDER = (
+    "simple",
+    "moderate",
+    "complex",
+    "highly complex",
+    "easy",
+    "medium",
+    "hard",
+    "extra",
+    "challenging",
+)
 _SYNTAX = ("syntax error", "incomplete input", "unrecognized token", "empty sql")
 _SCHEMA = ("no such column", "no such table", "ambiguous column", "no such function")
 
@@ -73,8 +85,18 @@ def summarize(rows: list[dict]) -> dict:
     summary = {"n": len(rows), **scores(usable)}
     summary["unusable"] = len(rows) - len(usable)
     summary["failures"] = failure_counts(rows)
-    summary["by_complexity"] = {k: scores(v) for k, v in sorted(levels.items())}
+    summary["by_complexity"] = {k: scores(levels[k]) for k in sorted(levels, key=level_key)}
     return summary
+
+
+def level_key(level: str) -> tuple:
+    """Sort key putting difficulty levels easiest first.
+
+    >>> sorted(["highly complex", "simple", "zeta", "complex"], key=level_key)
+    ['simple', 'complex', 'highly complex', 'zeta']
+    """
+    known = level in LEVEL_ORDER
+    return (not known, LEVEL_ORDER.index(level) if known else 0, level)
 
 
 def failure_counts(rows: list[dict]) -> dict[str, int]:

@@ -177,8 +177,8 @@ def _cards(summary: dict) -> str:
         ),
         (
             "non-gold ratio",
-            _pct(summary.get("non_gold_ratio")),
-            f"of {summary.get('non_gold_of', 0)} correct",
+            _pct(summary.get("non_gold_ratio") if summary.get("non_gold_of") else None),
+            f"of {summary.get('non_gold_of', 0)} correct with resolved columns",
         ),
         ("tokens / query", f"{summary.get('tokens_per_query', 0)}", "retriever + generator"),
     ]
@@ -215,6 +215,8 @@ def _complexity_table(summary: dict) -> str:
             value = g.get(key, 0)
             if key in ("usable", "tokens_per_query"):
                 cells.append(f"<td>{value}</td>")
+            elif key == "non_gold_ratio" and not g.get("non_gold_of"):
+                cells.append("<td>n/a</td>")
             elif count:
                 cells.append(f"<td>{_pct(value)} <span class='n'>({g.get(count, 0)})</span></td>")
             else:
@@ -232,7 +234,8 @@ def _failure_table(summary: dict, rows: list[dict]) -> str:
         f"<p>{total} of {summary.get('usable', 0)} usable questions failed in the pipeline; "
         "by category, most common first, with up to "
         f"{EXAMPLES_PER_CATEGORY} examples each.</p>",
-        "<table><tr><th>category</th><th>count</th><th>share</th><th>what it means</th></tr>",
+        "<table class='failures'><tr><th>category</th><th>count</th><th>share</th>"
+        "<th>what it means</th></tr>",
     ]
     ordered = sorted(counts, key=lambda c: (-counts[c], FAILURE_CATEGORIES.index(c)))
     for category in ordered:
@@ -289,7 +292,7 @@ table {{ border-collapse: collapse; margin: 1em 0; }}
 th, td {{ border: 1px solid #ddd; padding: .3em .6em; text-align: right; }}
 th {{ background: #f6f6f6; }}
 tr th:first-child {{ text-align: left; }}
-td:last-child {{ text-align: left; }}
+table.failures tr > :last-child {{ text-align: left; }}
 span.n {{ color: #888; font-size: .85em; }}
 img {{ max-width: 100%; }}
 dl.example {{ display: grid; grid-template-columns: max-content 1fr; gap: .15em 1em;
