@@ -362,3 +362,77 @@ def test_the_sft_default_on_50_spider_questions(spider_dir, tmp_path):
     assert 0 <= metrics["pipeline_ex"] <= 1 and metrics["tokens_per_query"] > 0
     assert len(json.loads((tmp_path / "predict_dev.json").read_text())) == 50
     assert "<img" in (tmp_path / "report.html").read_text()
+
+
+def _bird_layout(sample_dir, out):
+    """The sample dataset rearranged as a BIRD dev folder, with difficulties and evidence."""
+    import shutil
+
+    records = json.loads((sample_dir / "dev.json").read_text())
+    levels = ("simple", "moderate", "challenging")
+    bird = [
+        {
+            "question_id": i,
+            "db_id": r["db_id"],
+            "question": r["question"],
+            "evidence": "",
+            "SQL": r["query"],
+            "difficulty": levels[i % 3],
+        }
+        for i, r in enumerate(records)
+    ]
+    (out / "dev_databases").mkdir(parents=True)
+    for db in (sample_dir / "database").iterdir():
+        shutil.copytree(db, out / "dev_databases" / db.name)
+    (out / "dev.json").write_text(json.dumps(bird))
+    shutil.copy(sample_dir / "tables.json", out / "dev_tables.json")
+    return out
+
+
+def test_bird_layout_evaluation_and_its_official_predictions(sample_dir, tmp_path, setup):
+    import subprocess
+    import sys
+
+    root = _bird_layout(sample_dir, tmp_path / "bird")
+    examples = load_dataset(root, "bird", "dev").examples
+    for ex in examples:  # BIRD files carry no gold columns; the scripted retriever needs them
+        ex.gold_columns = sorted(_gold(ex))
+    prompts = setup[1]
+    engine = Scripted(examples, lambda ex, i: ex.sql if ex.index % 4 else "SELECT 1")
+    with BatchExecutor(workers=0) as executor:
+        summary, _ = evaluate_to_folder(
+            examples,
+            engine,
+            prompts,
+            executor,
+            tmp_path / "out",
+            model="scripted",
+            dataset=str(root),
+            split="dev",
+            settings={"mode": "bird"},
+            progress=False,
+        )
+    assert summary["mode"] == "bird" and list(summary["by_complexity"]) == [
+        "simple",
+        "moderate",
+        "challenging",
+    ]
+    wrong = sum(1 for e in examples if e.index % 4 == 0)
+    assert summary["pipeline_correct"] == len(examples) - wrong
+    # the exported predict_dev.json scores the same with the file-based scorer
+    proc = subprocess.run(
+        [sys.executable, "-m", "acesql.cli", "evaluate-sql", "--dataset", str(root)]
+        + ["--format", "bird", "--mode", "bird", "--no-progress"]
+        + ["--predictions", str(tmp_path / "out" / "predict_dev.json")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["correct"] == summary["pipeline_correct"]
+
+
+def _gold(example):
+    from acesql.sql.columns import extract_columns
+    from acesql.sql.schema import Schema
+
+    return extract_columns(example.sql, Schema.from_sqlite(example.db_path, n_samples=0))
