@@ -11,7 +11,10 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test test-slow lint format bench bench-pcgrad bench-grpo clean
+.PHONY: setup run ui ui-stop test test-slow lint format bench bench-pcgrad bench-grpo clean
+
+# While `make ui`'s Prefect server runs (its PID lives), `make run` reports to it.
+UI_API := $(shell test -f .ui/prefect.api && ps -p $$(cat .ui/prefect.pid 2>/dev/null) >/dev/null 2>&1 && cat .ui/prefect.api)
 
 setup: $(STAMP)
 
@@ -22,9 +25,17 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]' -c constraints.txt
 	touch $@
 
-# The pipeline flow: `dvc repro` of each stage, under Prefect's temporary local API.
+# The pipeline flow: `dvc repro` of each stage, under Prefect's temporary local API (or the
+# server of `make ui` while it runs).
 run: setup
-	$(PY) -m flows.pipeline
+	$(if $(UI_API),PREFECT_API_URL=$(UI_API) )$(PY) -m flows.pipeline
+
+# A local Prefect server (:4200) and MLflow UI (:5000) in the background; PIDs and logs in .ui/.
+ui: setup
+	$(PY) -m flows.ui start
+
+ui-stop:
+	$(PY) -m flows.ui stop
 
 test: setup
 	$(PY) -m pytest -m "not slow and not gpu" -q

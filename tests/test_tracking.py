@@ -10,10 +10,15 @@ from mlflow import MlflowClient
 
 from acesql.config import BaseSection
 from acesql.tracking import (
+    FLOW_RUN_ENV,
+    FLOW_RUN_TAG,
     GIT_COMMIT_TAG,
+    PARENT_RUN_ENV,
     PARENT_RUN_TAG,
     MlflowTracker,
     NullTracker,
+    dvc_out_md5,
+    dvc_stage_tags,
     git_commit,
     make_tracker,
 )
@@ -78,7 +83,10 @@ def test_runs_are_tagged_with_the_git_commit(store, tmp_path):
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"], check=True
     )
     commit = git_commit()
-    assert commit and len(commit) == 40
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert commit == head.stdout.strip() and len(commit) == 40
+    (tmp_path / "sub").mkdir()
+    assert git_commit(tmp_path / "sub") == commit  # found from a subfolder, as git does
     with MlflowTracker(*store).start_run("tagged"):
         pass
     _, [run] = _runs(store)
@@ -130,3 +138,185 @@ def test_make_tracker_uses_the_base_section(store):
     tracker = make_tracker(BaseSection(tracking_uri=uri, experiment=experiment))
     assert isinstance(tracker, MlflowTracker)
     assert MlflowClient(uri).get_experiment_by_name(experiment) is not None
+
+
+def test_a_repository_without_commits_has_no_commit(tmp_path):
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    assert git_commit(tmp_path) is None
+
+
+# ------------------------------------------------ what an orchestrator hands a stage process
+
+
+def test_stage_runs_take_the_parent_and_flow_run_from_the_environment(store):
+    uri, experiment = store
+    base = BaseSection(tracking_uri=uri, experiment=experiment)
+    parent_tracker = make_tracker(base, environ={})
+    parent = parent_tracker.open_run("pipeline", {"flow": {"stages": ["data"]}}, {"stage": "p"})
+    environ = {PARENT_RUN_ENV: parent, FLOW_RUN_ENV: "flow-1", "HOME": "/root"}
+    tracker = make_tracker(base, environ)
+    with tracker.start_run("data", tags={"stage": "data"}), tracker.start_run("step", nested=True):
+        pass
+    parent_tracker.close_run(parent)
+    client, runs = _runs(store)
+    by_name = {run.info.run_name: run for run in runs}
+    assert by_name["pipeline"].info.status == "FINISHED"
+    assert by_name["pipeline"].data.params == {"flow.stages": "['data']"}
+    assert by_name["data"].data.tags[PARENT_RUN_TAG] == parent
+    assert by_name["data"].data.tags[FLOW_RUN_TAG] == "flow-1"
+    # a nested run's parent is the run around it, not the pipeline
+    assert by_name["step"].data.tags[PARENT_RUN_TAG] == by_name["data"].info.run_id
+    assert FLOW_RUN_TAG not in by_name["step"].data.tags
+
+
+def test_the_stage_entry_point_tags_its_run_from_the_environment(store, tmp_path, monkeypatch):
+    from acesql.stages.common import run_stage
+
+    uri, experiment = store
+    params = tmp_path / "params.yaml"
+    params.write_text(f"base: {{tracking_uri: '{uri}', experiment: {experiment}}}\n")
+    monkeypatch.setenv(PARENT_RUN_ENV, "parent-7")
+    monkeypatch.setenv(FLOW_RUN_ENV, "flow-7")
+    run_stage("demo", "doc", ("base",), lambda s, tracker: {"ok": 1}, ["--params", str(params)])
+    _, [run] = _runs(store)
+    assert run.data.tags["stage"] == "demo"
+    assert run.data.tags[PARENT_RUN_TAG] == "parent-7"
+    assert run.data.tags[FLOW_RUN_TAG] == "flow-7"
+
+
+def test_a_resumed_run_moves_under_the_pipeline_that_resumed_it(store):
+    uri, experiment = store
+    base = BaseSection(tracking_uri=uri, experiment=experiment)
+    first = make_tracker(base, {PARENT_RUN_ENV: "first-pipeline"})
+    with pytest.raises(KeyboardInterrupt), first.start_run("grpo", {"lr": 1}, {"stage": "grpo"}):
+        run_id = first.run_id
+        raise KeyboardInterrupt
+    second = make_tracker(base, {PARENT_RUN_ENV: "second-pipeline"})
+    with second.start_run("grpo", {"lr": 1}, {"stage": "grpo"}, run_id=run_id):
+        pass
+    _, [run] = _runs(store)
+    assert run.info.run_id == run_id and run.info.status == "FINISHED"
+    assert run.data.tags[PARENT_RUN_TAG] == "second-pipeline"
+    assert run.data.tags["resumed"] == "true"
+
+
+def test_finding_and_tagging_runs(store):
+    tracker = MlflowTracker(*store)
+    older = tracker.open_run("a", tags={"stage": "evaluate", "flow": "1"})
+    newer = tracker.open_run("b", tags={"stage": "evaluate", "flow": "1"})
+    tracker.open_run("c", tags={"stage": "evaluate", "flow": "2"})
+    assert tracker.find_runs({"stage": "evaluate", "flow": "1"}) == [newer, older]
+    assert tracker.find_runs({"stage": "sft"}) == []
+    tracker.set_tags(older, {"dvc.stage_md5": "abc", "dvc.out.models/grpo": "d.dir"})
+    assert tracker.find_runs({"dvc.stage_md5": "abc"}) == [older]
+    with pytest.raises(ValueError, match="quote"):
+        tracker.find_runs({"stage": "it's"})
+
+
+def test_more_params_than_one_mlflow_batch_holds(store):
+    params = {f"p{i:03d}": i for i in range(250)}
+    with MlflowTracker(*store).start_run("wide", params):
+        pass
+    _, [run] = _runs(store)
+    assert len(run.data.params) == 250 and run.data.params["p249"] == "249"
+
+
+def test_the_null_tracker_has_no_runs_and_registers_nothing(tmp_path):
+    tracker = NullTracker()
+    assert tracker.open_run("pipeline", {"a": 1}, {"t": "1"}) is None
+    tracker.set_tags(None, {"t": "1"})
+    tracker.close_run(None, "FAILED")
+    assert tracker.find_runs({"t": "1"}) == []
+    assert tracker.register_model("m", None, tmp_path, {"t": "1"}, "d") is None
+    assert tracker.find_model_version("m", {"t": "1"}) is None
+
+
+def test_a_registered_version_carries_its_folder_tags_and_description(store, tmp_path):
+    tracker = MlflowTracker(*store)
+    run_id = tracker.open_run("pipeline")
+    folder = tmp_path / "staged"
+    (folder / "eval").mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "eval" / "metrics.json").write_text('{"pipeline_ex": 0.5}')
+    name = f"model-{store[1]}"
+    first = tracker.register_model(name, run_id, folder, {"key": "a"}, "dev: pipeline 0.5")
+    second = tracker.register_model(name, run_id, folder, {"key": "b"})
+    assert (first, second) == ("1", "2")  # the registered model is created once
+    assert tracker.find_model_version(name, {"key": "a"}) == "1"
+    assert tracker.find_model_version(name, {"key": "c"}) is None
+    client = tracker.client
+    version = client.get_model_version(name, "1")
+    assert version.description == "dev: pipeline 0.5" and version.run_id == run_id
+    assert version.source == f"{client.get_run(run_id).info.artifact_uri}/model"
+    local = client.download_artifacts(run_id, "model/eval/metrics.json", str(tmp_path))
+    assert json.loads(Path(local).read_text()) == {"pipeline_ex": 0.5}
+
+
+# ------------------------------------------------------------------------------ dvc.lock
+
+LOCK = """\
+schema: '2.0'
+stages:
+  sft:
+    cmd: python -m acesql.stages.sft
+    deps:
+    - {path: data/sft, hash: md5, md5: aa.dir}
+    params:
+      params.yaml: {sft: {epochs: 1}}
+    outs:
+    - {path: models/sft, hash: md5, md5: bb.dir}
+  evaluate@dev:
+    cmd: python -m acesql.stages.evaluate --split dev
+    deps:
+    - {path: models/sft, hash: md5, md5: bb.dir}
+    outs:
+    - {path: results/dev/rows.jsonl, hash: md5, md5: cc}
+  evaluate@test_ood:
+    cmd: python -m acesql.stages.evaluate --split test_ood
+    deps:
+    - {path: models/sft, hash: md5, md5: bb.dir}
+    outs:
+    - {path: results/test_ood/rows.jsonl, hash: md5, md5: dd}
+"""
+
+
+def test_dvc_stage_tags_name_the_lock_entry(tmp_path):
+    lock = tmp_path / "dvc.lock"
+    lock.write_text(LOCK)
+    tags = dvc_stage_tags(lock, "sft")
+    assert set(tags) == {"dvc.stage_md5", "dvc.deps_md5", "dvc.params_md5", "dvc.out.models/sft"}
+    assert tags["dvc.out.models/sft"] == "bb.dir"
+    assert all(len(tags[k]) == 32 for k in ("dvc.stage_md5", "dvc.deps_md5", "dvc.params_md5"))
+    changed = tmp_path / "changed.lock"
+    changed.write_text(LOCK.replace("epochs: 1", "epochs: 2"))
+    other = dvc_stage_tags(changed, "sft")
+    assert other["dvc.params_md5"] != tags["dvc.params_md5"]
+    assert other["dvc.stage_md5"] != tags["dvc.stage_md5"]
+    assert other["dvc.deps_md5"] == tags["dvc.deps_md5"]
+
+
+def test_a_foreach_stage_is_tagged_as_one(tmp_path):
+    lock = tmp_path / "dvc.lock"
+    lock.write_text(LOCK)
+    tags = dvc_stage_tags(lock, "evaluate")
+    assert tags["dvc.out.results/dev/rows.jsonl"] == "cc"
+    assert tags["dvc.out.results/test_ood/rows.jsonl"] == "dd"
+    lock.write_text(LOCK.replace("md5: dd", "md5: ee"))
+    assert dvc_stage_tags(lock, "evaluate")["dvc.stage_md5"] != tags["dvc.stage_md5"]
+
+
+def test_stages_dvc_has_not_recorded_have_no_tags(tmp_path):
+    lock = tmp_path / "dvc.lock"
+    assert dvc_stage_tags(lock, "sft") == {}  # no lock yet
+    lock.write_text(LOCK)
+    assert dvc_stage_tags(lock, "grpo") == {}
+    assert dvc_stage_tags(lock, "eval") == {}  # a prefix of a name is not that stage
+
+
+def test_dvc_out_md5_finds_the_output_holding_a_path(tmp_path):
+    lock = tmp_path / "dvc.lock"
+    lock.write_text(LOCK)
+    assert dvc_out_md5(lock, "models/sft") == ("models/sft", "bb.dir")
+    assert dvc_out_md5(lock, Path("models/sft/checkpoints")) == ("models/sft", "bb.dir")
+    assert dvc_out_md5(lock, "models/grpo") is None
+    assert dvc_out_md5(lock, "models") is None

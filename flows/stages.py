@@ -1,0 +1,177 @@
+"""One flow per DVC stage (`acesql-<stage>`), its params.yaml section a typed parameter.
+
+Each flow takes the stage's own section (the pydantic class of acesql/config.py, so the
+Prefect UI shows it as a form) and runs `dvc repro <stage>`. A run given a section writes it
+into params.yaml first: the fields it sets replace params.yaml's (the UI's form sets them all;
+from Python, `sft_flow(sft={"learning_rate": 1e-4})` sets one), the result is validated, then
+written back keeping the file's comments. DVC reads params from params.yaml alone (it has no
+per-run params file), so this is what keeps its cache honest: the changed values are in the
+stage's dvc.lock entry, a later run with the same values reuses the outputs, and the file is
+left as the run used it, as `dvc exp run --set-param` leaves it. `git diff params.yaml` shows
+what a run changed; `git checkout params.yaml` goes back (the next run then reruns the stage).
+Runs that override params of one project folder must not overlap.
+
+The shared sections (`base`, `prompt`, `base_model.reasoning`) are not parameters here: they
+change every stage, so they are edited in params.yaml itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from ruamel.yaml import YAML
+
+from acesql.config import (
+    BaseModelSection,
+    DataSection,
+    EvaluateSection,
+    GrpoSection,
+    RlDataSection,
+    Section,
+    SftDataSection,
+    SftSection,
+    load_section,
+)
+from acesql.errors import ConfigError
+from flows.pipeline import repro
+from flows.tracking import tag_stage
+
+PARAMS = Path("params.yaml")
+
+
+@task(task_run_name="write {stage} params")
+def write_params(stage: str, section: Section) -> None:
+    """Merge the fields `section` sets into params.yaml's `stage` section.
+
+    Raises ConfigError (and leaves the file alone) when the merged section is invalid.
+    """
+    yaml = _round_trip_yaml()
+    document = yaml.load(PARAMS.read_text()) or {}
+    if document.get(stage) is None:
+        document[stage] = {}
+    overrides = section.model_dump(mode="json", exclude_unset=True)
+    _merge(document[stage], overrides)
+    candidate = PARAMS.with_name(f".{PARAMS.name}.{stage}.tmp")
+    with candidate.open("w") as fh:
+        yaml.dump(document, fh)
+    try:
+        load_section(candidate, stage)
+    except ConfigError:
+        candidate.unlink()
+        raise
+    candidate.replace(PARAMS)
+    get_run_logger().info("%s: %s set in %s", stage, sorted(_keys(overrides)), PARAMS)
+
+
+def _round_trip_yaml() -> YAML:
+    """ruamel's round-trip YAML (comments and key order survive), written as params.yaml is:
+    `null` spelt out, new lists of scalars inline."""
+    yaml = YAML()
+    yaml.width = 4096  # long lines stay whole
+    yaml.default_flow_style = None
+    yaml.representer.add_representer(
+        type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null")
+    )
+    return yaml
+
+
+def _merge(target, overrides: dict) -> None:
+    """Set each leaf of `overrides` in `target`, keeping the mapping nodes (and comments)."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = value
+
+
+def _keys(tree: dict, prefix: str = "") -> list[str]:
+    """Dotted names of the leaves of `tree`."""
+    names = []
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            names += _keys(value, f"{prefix}{key}.")
+        else:
+            names.append(f"{prefix}{key}")
+    return names
+
+
+def reproduce(stage: str, section: Section | None, force: bool, parent_run_id: str | None) -> None:
+    """What every stage flow does: its params (when given), `dvc repro`, its run's DVC tags."""
+    if section is not None:
+        write_params(stage, section)
+    repro(stage, force, parent_run_id)
+    tag_stage(stage, parent_run_id)
+
+
+@flow(name="acesql-base_model")
+def base_model_flow(
+    base_model: BaseModelSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+) -> None:
+    """The base_model stage: fetch and convert the model both roles start from."""
+    reproduce("base_model", base_model, force, parent_run_id)
+
+
+@flow(name="acesql-data")
+def data_flow(
+    data: DataSection | None = None, force: bool = False, parent_run_id: str | None = None
+) -> None:
+    """The data stage: generate or load the dataset, filter it, write the prepared splits."""
+    reproduce("data", data, force, parent_run_id)
+
+
+@flow(name="acesql-sft_data")
+def sft_data_flow(
+    sft_data: SftDataSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+) -> None:
+    """The sft_data stage: the supervised targets of both roles."""
+    reproduce("sft_data", sft_data, force, parent_run_id)
+
+
+@flow(name="acesql-sft")
+def sft_flow(
+    sft: SftSection | None = None, force: bool = False, parent_run_id: str | None = None
+) -> None:
+    """The sft stage: fine-tune both roles from the base model (resumes after a kill)."""
+    reproduce("sft", sft, force, parent_run_id)
+
+
+@flow(name="acesql-rl_data")
+def rl_data_flow(
+    rl_data: RlDataSection | None = None, force: bool = False, parent_run_id: str | None = None
+) -> None:
+    """The rl_data stage: the questions the SFT model solves only sometimes, and their pools."""
+    reproduce("rl_data", rl_data, force, parent_run_id)
+
+
+@flow(name="acesql-grpo")
+def grpo_flow(
+    grpo: GrpoSection | None = None, force: bool = False, parent_run_id: str | None = None
+) -> None:
+    """The grpo stage: joint dual-role GRPO from the SFT model (resumes after a kill)."""
+    reproduce("grpo", grpo, force, parent_run_id)
+
+
+@flow(name="acesql-evaluate")
+def evaluate_flow(
+    evaluate: EvaluateSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+) -> None:
+    """The evaluate stage: pipeline EX and generator ability of `evaluate.model`, per split."""
+    reproduce("evaluate", evaluate, force, parent_run_id)
+
+
+STAGE_FLOWS = {
+    "base_model": base_model_flow,
+    "data": data_flow,
+    "sft_data": sft_data_flow,
+    "sft": sft_flow,
+    "rl_data": rl_data_flow,
+    "grpo": grpo_flow,
+    "evaluate": evaluate_flow,
+}

@@ -1,0 +1,501 @@
+"""The flows around the stages: GPU dispatch, per-stage params, MLflow parent and child runs,
+DVC hashes on runs and the model registry.
+
+`dvc repro` is replaced by a fake that does what a stage process does for MLflow (a run
+tagged from its environment) and what DVC then does (write the stage's dvc.lock entry), so
+these tests run in a temporary project folder in seconds; tests/test_pipeline.py runs the
+real thing. Each test has its own sqlite MLflow store.
+"""
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+from prefect.runtime import flow_run
+from prefect.states import Completed, Failed
+
+import flows.pipeline
+import flows.stages
+from acesql.config import load_section
+from acesql.errors import ConfigError
+from acesql.tracking import FLOW_RUN_ENV, FLOW_RUN_TAG, PARENT_RUN_ENV, PARENT_RUN_TAG, make_tracker
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One sqlite MLflow store for the module (creating one takes seconds)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch, request, store):
+    """A project folder holding the repository's params.yaml, its MLflow experiment and
+    registered model named after the test."""
+    params = (ROOT / "params.yaml").read_text()
+    params = params.replace("tracking_uri: sqlite:///mlflow.db", f"tracking_uri: {store}")
+    params = params.replace("experiment: acesql", f"experiment: {request.node.name}")
+    (tmp_path / "params.yaml").write_text(params)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def name(request):
+    """The test's MLflow experiment, and the name it registers its model under."""
+    return request.node.name
+
+
+@pytest.fixture
+def repro_calls(monkeypatch):
+    """Stands in for `dvc repro`: a stage run as a stage process logs it, then a lock entry."""
+    calls = []
+
+    def fake_repro(stage, force=False, parent_run_id=None):
+        calls.append((stage, force, parent_run_id))
+        environ = {FLOW_RUN_ENV: str(flow_run.id), PARENT_RUN_ENV: parent_run_id or ""}
+        tracker = make_tracker(load_section("params.yaml", "base"), environ)
+        with tracker.start_run(stage, {"stage": {"n": len(calls)}}, tags={"stage": stage}):
+            tracker.log_metrics({"done": 1})
+        write_lock_entry(stage, f"{stage}-md5-{len(calls)}")
+
+    monkeypatch.setattr(flows.pipeline, "repro", fake_repro)
+    monkeypatch.setattr(flows.stages, "repro", fake_repro)
+    return calls
+
+
+def write_lock_entry(stage, md5, outs=()):
+    lock = Path("dvc.lock")
+    data = yaml.safe_load(lock.read_text()) if lock.is_file() else {"schema": "2.0", "stages": {}}
+    data["stages"][stage] = {
+        "cmd": f"python -m acesql.stages.{stage}",
+        "deps": [{"path": f"acesql/stages/{stage}.py", "md5": md5}],
+        "params": {"params.yaml": {stage: {"x": 1}}},
+        "outs": [{"path": path, "md5": out_md5} for path, out_md5 in outs],
+    }
+    lock.write_text(yaml.safe_dump(data))
+
+
+@pytest.fixture
+def deployments(monkeypatch):
+    """A fake `run_deployment`: records each call, answers with the state `answer` gives."""
+    calls = []
+    answer = {"state": Completed}
+
+    def fake_run_deployment(name, parameters=None, timeout=None, **kwargs):
+        calls.append({"name": name, "parameters": parameters, "timeout": timeout})
+        return SimpleNamespace(name=f"remote-{len(calls)}", state=answer["state"]())
+
+    monkeypatch.setattr(flows.pipeline, "run_deployment", fake_run_deployment)
+    return SimpleNamespace(calls=calls, answer=answer)
+
+
+def mlflow_runs():
+    base = load_section("params.yaml", "base")
+    client = MlflowClient(base.tracking_uri)
+    experiment = client.get_experiment_by_name(base.experiment)
+    runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time"])
+    return client, {run.info.run_name.split(" ")[0]: run for run in runs}
+
+
+def test_gpu_stages_are_dispatched_to_their_deployments(
+    project, prefect_harness, repro_calls, deployments
+):
+    state = flows.pipeline.pipeline(
+        ["sft_data", "sft", "grpo"], gpu_deployments=True, return_state=True
+    )
+    assert state.is_completed()
+    _, runs = mlflow_runs()
+    parent = runs["pipeline"].info.run_id
+    assert repro_calls == [("sft_data", False, parent)]  # the CPU stage runs here
+    assert deployments.calls == [
+        {"name": name, "parameters": {"force": False, "parent_run_id": parent}, "timeout": None}
+        for name in ("acesql-sft/gpu", "acesql-grpo/gpu")
+    ]
+    assert runs["pipeline"].info.status == "FINISHED"
+
+
+def test_a_failed_remote_stage_fails_the_pipeline(
+    project, prefect_harness, repro_calls, deployments
+):
+    deployments.answer["state"] = lambda: Failed(message="CUDA out of memory")
+    state = flows.pipeline.pipeline(["sft", "grpo"], gpu_deployments=True, return_state=True)
+    assert state.is_failed()
+    error = state.result(raise_on_failure=False)
+    assert isinstance(error, flows.pipeline.StageFailed)
+    assert "acesql-sft/gpu" in str(error) and "CUDA out of memory" in str(error)
+    assert [call["name"] for call in deployments.calls] == ["acesql-sft/gpu"]  # grpo never ran
+    _, runs = mlflow_runs()
+    assert runs["pipeline"].info.status == "FAILED"
+
+
+def test_without_gpu_deployments_every_stage_is_reproduced_here(
+    project, prefect_harness, repro_calls, deployments
+):
+    assert flows.pipeline.pipeline(["sft", "grpo"], force=True, return_state=True).is_completed()
+    assert [(stage, force) for stage, force, _ in repro_calls] == [("sft", True), ("grpo", True)]
+    assert deployments.calls == []
+
+
+def test_stage_runs_are_children_of_the_pipeline_run_with_dvc_hashes(
+    project, prefect_harness, repro_calls
+):
+    assert flows.pipeline.pipeline(["data", "sft_data"], return_state=True).is_completed()
+    _, runs = mlflow_runs()
+    parent = runs["pipeline"]
+    for stage, md5_of_deps in (("data", "data-md5-1"), ("sft_data", "sft_data-md5-2")):
+        child = runs[stage]
+        assert child.data.tags[PARENT_RUN_TAG] == parent.info.run_id
+        assert child.data.tags["stage"] == stage
+        assert child.data.tags[FLOW_RUN_TAG] == parent.data.tags[FLOW_RUN_TAG]
+        lock = yaml.safe_load(Path("dvc.lock").read_text())["stages"][stage]
+        assert lock["deps"][0]["md5"] == md5_of_deps
+        stage_md5 = child.data.tags["dvc.stage_md5"]
+        assert len(stage_md5) == 32
+        assert parent.data.tags[f"dvc.{stage}.stage_md5"] == stage_md5
+    assert runs["data"].data.tags["dvc.stage_md5"] != runs["sft_data"].data.tags["dvc.stage_md5"]
+    # the parent holds params.yaml as written and the flow's options
+    assert parent.data.params["sft.learning_rate"] == "0.0001"
+    assert parent.data.params["flow.stages"] == "['data', 'sft_data']"
+    assert parent.info.status == "FINISHED"
+
+
+def test_tracking_off_runs_the_stages_and_logs_nothing(project, prefect_harness, repro_calls, name):
+    params = Path("params.yaml").read_text()
+    uri = load_section("params.yaml", "base").tracking_uri
+    Path("params.yaml").write_text(params.replace(f"tracking_uri: {uri}", "tracking_uri: null"))
+    assert flows.pipeline.pipeline(["data"], return_state=True).is_completed()
+    assert repro_calls == [("data", False, None)]
+    assert MlflowClient(uri).get_experiment_by_name(name) is None
+
+
+# ---------------------------------------------------------------------------- the registry
+
+
+@pytest.fixture
+def evaluated(project):
+    """What the grpo and evaluate stages leave: a model folder, a lock, per-split results."""
+    model = project / "models" / "grpo"
+    (model / "pool").mkdir(parents=True)
+    (model / "checkpoints" / "step-2").mkdir(parents=True)
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    (model / "model.safetensors").write_bytes(b"\0" * 4096)
+    (model / "checkpoints" / "step-2" / "model.safetensors").write_bytes(b"\0" * 4096)
+    (model / "pool" / "step-000001.json").write_text("{}")
+    (model / "pool" / "step-000002.json").write_text("{}")
+    (model / "pool.json").write_text('{"q1": {}}')
+    for split, ex in (("dev", 0.4), ("test_ood", 0.2)):
+        folder = project / "results" / split
+        folder.mkdir(parents=True)
+        summary = {"split": split, "pipeline_ex": ex, "maj_ex": ex + 0.1, "generator_ex": 0.5}
+        (folder / "metrics.json").write_text(json.dumps(summary))
+    (project / "results" / "dev" / "report.html").write_text("<html>dev</html>")
+    write_lock_entry("grpo", "grpo-deps", outs=[("models/grpo", "abc123.dir")])
+    return model
+
+
+def _registered(client, name, version="1"):
+    found = client.get_model_version(name, version)
+    files = set()
+    pending = ["model"]
+    while pending:
+        for item in client.list_artifacts(found.run_id, pending.pop()):
+            (pending.append if item.is_dir else files.add)(item.path)
+    return found, files
+
+
+def test_the_evaluated_model_is_registered_with_its_metrics(
+    project, prefect_harness, repro_calls, evaluated, name
+):
+    state = flows.pipeline.pipeline(["evaluate"], registered_model=name, return_state=True)
+    assert state.is_completed()
+    client, runs = mlflow_runs()
+    parent = runs["pipeline"]
+    version, files = _registered(client, name)
+    assert version.run_id == parent.info.run_id
+    assert version.source.endswith(f"{parent.info.run_id}/artifacts/model")
+    assert version.tags["eval.dev.pipeline_ex"] == "0.4"
+    assert version.tags["eval.test_ood.generator_ex"] == "0.5"
+    assert version.tags["dvc.model_out"] == "models/grpo"
+    assert version.tags["dvc.model_md5"] == "abc123.dir"
+    assert version.tags["dvc.evaluate.stage_md5"] == parent.data.tags["dvc.evaluate.stage_md5"]
+    assert "dev: pipeline 0.4, maj 0.5, generator 0.5" in version.description
+    assert files == {
+        "model/config.json",
+        "model/weights.json",  # the weights stay out: DVC has them
+        "model/pool.json",  # the final pool
+        "model/pool/step-000002.json",  # the latest snapshot
+        "model/eval/dev/metrics.json",
+        "model/eval/dev/report.html",  # test_ood has no report: none attached
+        "model/eval/test_ood/metrics.json",
+    }
+    local = client.download_artifacts(parent.info.run_id, "model/weights.json", str(project))
+    manifest = json.loads(Path(local).read_text())
+    assert manifest == {
+        "path": "models/grpo",
+        "files": {"model.safetensors": 4096},
+        "dvc_out": "models/grpo",
+        "dvc_md5": "abc123.dir",
+    }
+    assert parent.data.tags["acesql.registered_model"] == f"{name}/1"
+
+
+def test_an_unchanged_model_is_not_registered_twice(
+    project, prefect_harness, evaluated, monkeypatch, name
+):
+    def same_evaluation(stage, force=False, parent_run_id=None):
+        write_lock_entry(stage, "unchanged")
+
+    def versions():
+        client = MlflowClient(load_section("params.yaml", "base").tracking_uri)
+        return [str(v.version) for v in client.search_model_versions(f"name = '{name}'")]
+
+    monkeypatch.setattr(flows.pipeline, "repro", same_evaluation)
+    for _ in range(2):
+        state = flows.pipeline.pipeline(["evaluate"], registered_model=name, return_state=True)
+        assert state.is_completed()
+    assert versions() == ["1"]
+    _, runs = mlflow_runs()
+    assert runs["pipeline"].data.tags["acesql.registered_model"] == f"{name}/1"
+    write_lock_entry("evaluate", "evaluated again")
+    monkeypatch.setattr(flows.pipeline, "repro", lambda *args: None)
+    state = flows.pipeline.pipeline(["evaluate"], registered_model=name, return_state=True)
+    assert state.is_completed()
+    assert sorted(versions()) == ["1", "2"]
+
+
+def test_weights_are_copied_when_asked(project, prefect_harness, repro_calls, evaluated, name):
+    state = flows.pipeline.pipeline(
+        ["evaluate"], registered_model=name, log_model_weights=True, return_state=True
+    )
+    assert state.is_completed()
+    client, _ = mlflow_runs()
+    version, files = _registered(client, name)
+    assert "model/model.safetensors" in files and "model/weights.json" not in files
+    assert not any("checkpoints" in path for path in files)
+    assert version.tags["acesql.weights"] == "artifact"
+
+
+def test_registration_needs_the_evaluation_results(
+    project, prefect_harness, repro_calls, evaluated
+):
+    (project / "results" / "test_ood" / "metrics.json").unlink()
+    state = flows.pipeline.pipeline(["evaluate"], return_state=True)
+    assert state.is_failed()
+    assert "results/test_ood/metrics.json not found" in str(state.result(raise_on_failure=False))
+    _, runs = mlflow_runs()
+    assert runs["pipeline"].info.status == "FAILED"
+
+
+# ---------------------------------------------------------------------- per-stage flows
+
+
+def test_a_stage_flow_writes_the_fields_it_is_given_into_params_yaml(
+    project, prefect_harness, repro_calls
+):
+    before = Path("params.yaml").read_text()
+    state = flows.stages.sft_flow(
+        sft={"learning_rate": 3.5e-4, "time_budget_minutes": None}, return_state=True
+    )
+    assert state.is_completed()
+    after = Path("params.yaml").read_text()
+    changed = [
+        (old, new) for old, new in zip(before.splitlines(), after.splitlines()) if old != new
+    ]
+    assert sorted(new.split(":")[0] for _, new in changed) == [
+        "  learning_rate",
+        "  time_budget_minutes",
+    ]
+    for old, new in changed:  # the value changed, its comment stayed
+        assert old.partition("#")[2] == new.partition("#")[2]
+    sft = yaml.safe_load(after)["sft"]
+    assert sft["learning_rate"] == 3.5e-4 and sft["time_budget_minutes"] is None
+    assert len(before.splitlines()) == len(after.splitlines())
+    assert repro_calls == [("sft", False, None)]
+    _, runs = mlflow_runs()
+    assert runs["sft"].data.tags["dvc.stage_md5"]  # a stage flow tags its run too
+    assert PARENT_RUN_TAG not in runs["sft"].data.tags
+
+
+def test_a_stage_flow_without_a_section_leaves_params_yaml_alone(
+    project, prefect_harness, repro_calls
+):
+    before = Path("params.yaml").read_text()
+    assert flows.stages.grpo_flow(force=True, parent_run_id=None, return_state=True).is_completed()
+    assert Path("params.yaml").read_text() == before
+    assert repro_calls == [("grpo", True, None)]
+
+
+def test_overrides_that_break_the_section_are_refused_before_the_stage_runs(
+    project, prefect_harness, repro_calls
+):
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    params["data"].update(source="spider", path="/data/spider")
+    params["data"]["splits"]["test_ood"] = None
+    Path("params.yaml").write_text(yaml.safe_dump(params))
+    before = Path("params.yaml").read_text()
+    # valid alone (the synthetic source has test_ood), not once merged with source: spider
+    state = flows.stages.data_flow(data={"splits": {"test_ood": "test_ood"}}, return_state=True)
+    assert state.is_failed()
+    error = state.result(raise_on_failure=False)
+    assert isinstance(error, ConfigError) and "data.splits.test_ood" in str(error)
+    assert Path("params.yaml").read_text() == before
+    assert repro_calls == []
+    assert [p.name for p in Path().iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_every_stage_has_a_flow_whose_parameter_is_its_section():
+    from prefect.utilities.callables import parameter_schema
+
+    from acesql.config import Params
+
+    assert list(flows.stages.STAGE_FLOWS) == list(flows.pipeline.STAGES)
+    for stage, stage_flow in flows.stages.STAGE_FLOWS.items():
+        assert stage_flow.name == f"acesql-{stage}"
+        schema = parameter_schema(stage_flow).model_dump()
+        assert list(schema["properties"]) == [stage, "force", "parent_run_id"]
+        section = Params.model_fields[stage].annotation
+        assert schema["properties"][stage]["anyOf"][0] == {
+            "$ref": f"#/definitions/{section.__name__}"
+        }
+        fields = schema["definitions"][section.__name__]["properties"]
+        assert set(fields) == set(section.model_fields)
+
+
+def test_repro_hands_the_parent_run_to_the_stage_process(prefect_harness, monkeypatch, tmp_path):
+    """The real task: the stage command sees the parent run and the flow run in its env."""
+    seen = tmp_path / "env.json"
+    script = (
+        "import json, os, sys; "
+        f"json.dump({{k: os.environ.get(k) for k in ({PARENT_RUN_ENV!r}, {FLOW_RUN_ENV!r})}}, "
+        f"open({str(seen)!r}, 'w'))"
+    )
+    real_popen = flows.pipeline.subprocess.Popen
+
+    def popen(command, *args, **kwargs):
+        return real_popen([command[0], "-c", script], *args, **kwargs)
+
+    monkeypatch.setattr(flows.pipeline.subprocess, "Popen", popen)
+    monkeypatch.setenv(PARENT_RUN_ENV, "stale-parent")
+
+    from prefect import flow
+
+    @flow
+    def one_stage(parent):
+        flows.pipeline.repro("data", parent_run_id=parent)
+        return str(flow_run.id)
+
+    flow_run_id = one_stage("parent-123")
+    assert json.loads(seen.read_text()) == {PARENT_RUN_ENV: "parent-123", FLOW_RUN_ENV: flow_run_id}
+    one_stage(None)  # no parent: none leaks in from the flow's own environment
+    assert json.loads(seen.read_text())[PARENT_RUN_ENV] is None
+    assert os.environ[PARENT_RUN_ENV] == "stale-parent"
+
+
+# ------------------------------------------------------------------------------ retries
+
+
+def _mlflow_error(message, code="INTERNAL_ERROR"):
+    """As MLflow raises it: the code given as its protobuf value, read back as its name."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import ErrorCode
+
+    return MlflowException(message, error_code=ErrorCode.Value(code))
+
+
+def _s3_error(code):
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": code}}, "PutObject")
+
+
+def _boto_connection_error():
+    from botocore.exceptions import EndpointConnectionError
+
+    return EndpointConnectionError(endpoint_url="http://minio:9000")
+
+
+def _requests_error(name):
+    import requests.exceptions
+
+    return getattr(requests.exceptions, name)("boom")
+
+
+TRANSIENT = [
+    ConnectionRefusedError(),
+    TimeoutError(),
+    _requests_error("ConnectionError"),
+    _requests_error("ReadTimeout"),
+    _boto_connection_error(),
+    _s3_error("SlowDown"),
+    _s3_error("ServiceUnavailable"),
+    _mlflow_error(
+        "API request to http://127.0.0.1:5000/api/2.0/mlflow/runs/create failed with "
+        "exception HTTPConnectionPool: Max retries exceeded"
+    ),
+    _mlflow_error("busy", "TEMPORARILY_UNAVAILABLE"),
+    _mlflow_error("(sqlite3.OperationalError) database is locked"),
+]
+DETERMINISTIC = [
+    None,
+    FileNotFoundError("models/grpo"),
+    ValueError("bad"),
+    ConfigError("params.yaml is invalid"),
+    flows.pipeline.StageFailed("dvc repro data exited with 2"),
+    _s3_error("AccessDenied"),
+    _s3_error("NoSuchBucket"),
+    _mlflow_error("Invalid model version source", "INVALID_PARAMETER_VALUE"),
+    _mlflow_error(
+        "API request to endpoint /api/2.0/mlflow/x failed with error code 404 != 200",
+        "ENDPOINT_NOT_FOUND",
+    ),
+    _mlflow_error("Run 'abc' not found", "RESOURCE_DOES_NOT_EXIST"),
+]
+
+
+@pytest.mark.parametrize("error", TRANSIENT, ids=repr)
+def test_transient_store_errors(error):
+    from flows.tracking import is_transient
+
+    assert is_transient(error)
+
+
+@pytest.mark.parametrize("error", DETERMINISTIC, ids=repr)
+def test_errors_that_would_repeat(error):
+    from flows.tracking import is_transient
+
+    assert not is_transient(error)
+
+
+@pytest.mark.parametrize("error, transient", [(TRANSIENT[0], True), (DETERMINISTIC[-1], False)])
+def test_tracking_tasks_retry_only_transient_errors(
+    project, prefect_harness, repro_calls, monkeypatch, error, transient
+):
+    """The first tag write fails: a transient error is retried, another fails the flow."""
+    import flows.tracking
+    from acesql.tracking import MlflowTracker
+
+    writes = []
+    real_set_tags = MlflowTracker.set_tags
+
+    def flaky_set_tags(self, run_id, tags):
+        writes.append(run_id)
+        if len(writes) == 1:
+            raise error
+        real_set_tags(self, run_id, tags)
+
+    monkeypatch.setattr(MlflowTracker, "set_tags", flaky_set_tags)
+    monkeypatch.setattr(
+        flows.pipeline, "tag_stage", flows.tracking.tag_stage.with_options(retry_delay_seconds=0)
+    )
+    state = flows.pipeline.pipeline(["data"], return_state=True)
+    assert state.is_completed() == transient
+    # retried: the failed write, then the child's and the parent's tags
+    assert len(writes) == (3 if transient else 1)
+    if not transient:
+        assert state.result(raise_on_failure=False) is error

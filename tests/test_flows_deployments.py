@@ -1,0 +1,102 @@
+"""prefect.yaml: every flow deployed to its pool, under the names the pipeline dispatches to.
+
+The last test runs `prefect deploy --all` for real against the test API (in a copy of the
+project's flows and prefect.yaml) and reads the deployments back.
+"""
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from prefect.flows import load_flow_from_entrypoint
+
+from flows.pipeline import GPU_STAGES, STAGES, gpu_deployment
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+
+
+def _deployments() -> dict[str, dict]:
+    """`flow name/deployment name` -> the deployment's entry in prefect.yaml."""
+    found = {}
+    for entry in CONFIG["deployments"]:
+        flow = load_flow_from_entrypoint(str(ROOT / entry["entrypoint"]))
+        found[f"{flow.name}/{entry['name']}"] = entry
+    return found
+
+
+def test_every_stage_and_the_pipeline_have_a_deployment_on_their_pool():
+    deployments = _deployments()
+    expected = {"acesql-pipeline/cpu"} | {
+        f"acesql-{stage}/{'gpu' if stage in GPU_STAGES else 'cpu'}" for stage in STAGES
+    }
+    assert set(deployments) == expected
+    for name, entry in deployments.items():
+        assert entry["work_pool"]["name"] == name.split("/")[1]
+    assert deployments["acesql-pipeline/cpu"]["parameters"] == {"gpu_deployments": True}
+
+
+def test_the_pipeline_dispatches_to_deployments_that_exist():
+    deployments = _deployments()
+    for stage in GPU_STAGES:
+        assert gpu_deployment(stage) in deployments
+        assert deployments[gpu_deployment(stage)]["work_pool"]["name"] == "gpu"
+
+
+def test_runs_start_in_the_project_folder_the_worker_names():
+    [step] = CONFIG["pull"]
+    assert step == {
+        "prefect.deployments.steps.set_working_directory": {
+            "directory": "{{ $ACESQL_PROJECT_DIR }}"
+        }
+    }
+
+
+def test_prefect_deploy_creates_them(prefect_harness, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.settings import PREFECT_API_URL
+
+    async def create_pools():
+        async with get_client() as client:
+            for pool in ("cpu", "gpu"):
+                await client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+
+    async def read_deployments():
+        async with get_client() as client:
+            return {
+                f"{(await client.read_flow(d.flow_id)).name}/{d.name}": d
+                for d in await client.read_deployments()
+            }
+
+    asyncio.run(create_pools())
+    shutil.copy(ROOT / "prefect.yaml", tmp_path)
+    shutil.copytree(
+        ROOT / "flows", tmp_path / "flows", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    env.pop("ACESQL_PROJECT_DIR", None)
+    prefect = str(Path(sys.executable).parent / "prefect")
+    proc = subprocess.run(
+        [prefect, "--no-prompt", "deploy", "--all"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    deployed = asyncio.run(read_deployments())
+    assert set(deployed) == set(_deployments())
+    sft = deployed["acesql-sft/gpu"]
+    assert sft.work_pool_name == "gpu"
+    schema = sft.parameter_openapi_schema
+    assert set(schema["properties"]) == {"sft", "force", "parent_run_id"}
+    assert "learning_rate" in schema["definitions"]["SftSection"]["properties"]  # the UI's form
+    # resolved on the worker when a run starts, not here
+    assert sft.pull_steps == CONFIG["pull"]
+    assert deployed["acesql-pipeline/cpu"].parameters == {"gpu_deployments": True}
