@@ -45,7 +45,8 @@ class BaseSection(Section):
     tracking_uri: str | None = Field(
         "sqlite:///mlflow.db",
         description="MLflow tracking store (sqlite:///FILE or a server URL; MLflow 3 refuses "
-        "the plain file store). null turns tracking off.",
+        "the plain file store); MLFLOW_TRACKING_URI, when set, takes its place. null turns "
+        "tracking off.",
     )
     experiment: str = Field("acesql", min_length=1, description="MLflow experiment name.")
     artifact_store: str = Field(

@@ -268,9 +268,22 @@ def make_tracker(base, environ: Mapping[str, str] = os.environ) -> Tracker:
 
     Its top-level runs carry the tags an orchestrator handed down in `environ`.
     """
-    if base.tracking_uri is None:
+    uri = tracking_uri(base)
+    if uri is None:
         return NullTracker()
-    return MlflowTracker(base.tracking_uri, base.experiment, inherited_tags(environ))
+    return MlflowTracker(uri, base.experiment, inherited_tags(environ))
+
+
+def tracking_uri(base) -> str | None:
+    """Where runs go: `MLFLOW_TRACKING_URI` when set, else `base.tracking_uri`; None: off.
+
+    The variable lets a worker image point every stage at its team's server while the
+    params file keeps the laptop's default. `tracking_uri: null` turns tracking off whatever
+    the environment says.
+    """
+    if base.tracking_uri is None:
+        return None
+    return os.environ.get("MLFLOW_TRACKING_URI") or base.tracking_uri
 
 
 def inherited_tags(environ: Mapping[str, str]) -> dict[str, str]:

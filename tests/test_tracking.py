@@ -140,6 +140,15 @@ def test_make_tracker_uses_the_base_section(store):
     assert MlflowClient(uri).get_experiment_by_name(experiment) is not None
 
 
+def test_mlflow_tracking_uri_takes_the_place_of_params_but_not_of_off(store, monkeypatch):
+    uri, experiment = store
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    params_default = BaseSection(experiment=experiment)  # sqlite:///mlflow.db in the cwd
+    tracker = make_tracker(params_default)
+    assert isinstance(tracker, MlflowTracker) and tracker.client.tracking_uri == uri
+    assert isinstance(make_tracker(BaseSection(tracking_uri=None)), NullTracker)
+
+
 def test_a_repository_without_commits_has_no_commit(tmp_path):
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     assert git_commit(tmp_path) is None
