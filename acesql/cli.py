@@ -265,6 +265,12 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     "a killed run with the same --out resumes.",
 )
 @click.option(
+    "--chunk-size",
+    default=16,
+    show_default=True,
+    help="With --out: questions saved at a time (what a kill can lose).",
+)
+@click.option(
     "--compare",
     nargs=2,
     metavar="RUN_A RUN_B",
@@ -294,6 +300,7 @@ def evaluate_model(
     bf16,
     seed,
     out,
+    chunk_size,
     compare,
     tracking_uri,
 ):
@@ -350,6 +357,7 @@ def evaluate_model(
                 dataset=dataset,
                 split=split,
                 settings={**identity, "sample_values": sample_values},
+                chunk_size=chunk_size,
             )
         else:
             summary, _ = evaluate_examples(examples, rollout, prompts, executor, **settings)

@@ -436,3 +436,42 @@ def _gold(example):
     from acesql.sql.schema import Schema
 
     return extract_columns(example.sql, Schema.from_sqlite(example.db_path, n_samples=0))
+
+
+def test_eval_cli_killed_with_sigkill_resumes(synth_dir, tiny_model_dir, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "eval"
+    command = [sys.executable, "-m", "acesql.cli", "eval", "--model", str(tiny_model_dir)]
+    command += ["--dataset", str(synth_dir), "--format", "synth", "--split", "train"]
+    command += ["--limit", "8", "--chunk-size", "2", "--max-new-tokens", "4", "--out", str(out)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        partial = list(out.glob(".partial-*.jsonl"))
+        if partial and len(partial[0].read_text().splitlines()) >= 1:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait()
+    if proc.returncode != -signal.SIGKILL:
+        pytest.skip("the evaluation finished before it could be killed")
+    done = sum(1 for line in partial[0].read_text().splitlines() if _is_json(line))
+    assert 1 <= done < 4 and not (out / "metrics.json").exists()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"{2 * done} of 8 questions done" in again.stderr
+    assert json.loads(again.stdout)["n"] == 8
+    assert len((out / "rows.jsonl").read_text().splitlines()) == 8
+
+
+def _is_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return True

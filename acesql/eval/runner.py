@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -63,8 +64,11 @@ def evaluate_to_folder(
     chunks = [examples[i : i + chunk_size] for i in range(0, len(examples), chunk_size)]
     options = {k: v for k, v in settings.items() if k in _EVAL_ARGS}
     seed = options.pop("seed", 0)
+    finished = sum(len(c) for c in chunks if _key(c) in done)
+    if finished:
+        print(f"resuming {partial}: {finished} of {len(examples)} questions done", file=sys.stderr)
     bar = tqdm(total=len(examples), desc=f"evaluate {split}", unit="q", disable=not progress)
-    bar.update(sum(len(c) for c in chunks if _key(c) in done))
+    bar.update(finished)
     _end_with_newline(partial)
     with partial.open("a") as fh:
         for number, chunk in enumerate(chunks):
