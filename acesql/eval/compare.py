@@ -13,20 +13,8 @@ import re
 from pathlib import Path
 
 from acesql.errors import DataError
+from acesql.eval.metrics import COUNTS, SCORE_LABELS
 
-# (key, label, is a share shown in percent)
-ROWS = (
-    ("usable", "questions", False),
-    ("pipeline_ex", "pipeline EX", True),
-    ("maj_ex", "maj@k EX", True),
-    ("generator_ex", "generator EX", True),
-    ("retriever_recall", "retriever recall", True),
-    ("retriever_precision", "retriever precision", True),
-    ("retriever_exact", "retriever exact set", True),
-    ("covers_gold", "covers gold", True),
-    ("non_gold_ratio", "non-gold ratio", True),
-    ("tokens_per_query", "tokens / query", False),
-)
 LEVEL_ROWS = ("usable", "pipeline_ex", "maj_ex", "generator_ex")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -94,16 +82,16 @@ def compare_table(a: dict, b: dict, name_a: str = "A", name_b: str = "B") -> str
     for split in sorted(set(a) | set(b)):
         left, right = a.get(split, {}), b.get(split, {})
         lines += ["", f"{split:<28}{'A':>10}{'B':>10}{'B - A':>10}"]
-        for key, label, share in ROWS:
+        for key, label in SCORE_LABELS:
             if key in left or key in right:
-                lines.append(_line(label, left.get(key), right.get(key), share))
+                lines.append(_line(label, left.get(key), right.get(key), key not in COUNTS))
         levels = sorted({k.split("/")[0] for k in (*left, *right) if "/" in k} - {"failures"})
         for level in levels:
             for key in LEVEL_ROWS:
                 full = f"{level}/{key}"
                 if full in left or full in right:
-                    label = f"  {level}: {dict((k, lab) for k, lab, _ in ROWS)[key]}"
-                    lines.append(_line(label, left.get(full), right.get(full), key != "usable"))
+                    label = f"  {level}: {dict(SCORE_LABELS)[key]}"
+                    lines.append(_line(label, left.get(full), right.get(full), key not in COUNTS))
     return "\n".join(lines)
 
 

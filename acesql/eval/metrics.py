@@ -27,6 +27,23 @@ FAILURE_CATEGORIES = (
     "wrong_columns",  # ran, wrong rows, and used other columns than the gold SQL
     "wrong_result",  # ran, wrong rows, with the gold SQL's columns (or unknown columns)
 )
+# the scores a table shows, in order: (key, label); counts are plain numbers, the rest shares
+SCORE_LABELS = (
+    ("usable", "questions"),
+    ("pipeline_ex", "pipeline EX"),
+    ("maj_ex", "maj@k"),
+    ("generator_ex", "generator EX"),
+    ("retriever_recall", "recall"),
+    ("retriever_precision", "precision"),
+    ("retriever_exact", "exact set"),
+    ("covers_gold", "covers gold"),
+    ("non_gold_ratio", "non-gold"),
+    ("tokens_per_query", "tokens / query"),
+)
+COUNTS = {"usable", "tokens_per_query"}
+CORRECT_OF = {"pipeline_ex": "pipeline_correct", "maj_ex": "maj_correct"}
+CORRECT_OF["generator_ex"] = "generator_correct"
+
 # difficulty labels of the synthetic data, Spider and BIRD, easiest first; others sort after
 LEVEL_ORDER = (
     "simple",

@@ -19,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from acesql.eval.metrics import FAILURE_CATEGORIES  # noqa: E402
+from acesql.eval.metrics import CORRECT_OF, COUNTS, FAILURE_CATEGORIES, SCORE_LABELS  # noqa: E402
 
 EXAMPLES_PER_CATEGORY = 3
 COLORS = {"pipeline": "#3b6fb6", "maj": "#8a5cc2", "generator": "#e08a2c"}
@@ -195,34 +195,28 @@ def _cards(summary: dict) -> str:
 
 def _complexity_table(summary: dict) -> str:
     groups = {**summary.get("by_complexity", {}), "overall": summary}
-    columns = [("questions", "usable", None), ("pipeline EX", "pipeline_ex", "pipeline_correct")]
-    if "maj_ex" in summary:
-        columns.append((f"maj@{summary['maj_k']}", "maj_ex", "maj_correct"))
-    columns += [
-        ("generator EX", "generator_ex", "generator_correct"),
-        ("recall", "retriever_recall", None),
-        ("precision", "retriever_precision", None),
-        ("exact set", "retriever_exact", None),
-        ("covers gold", "covers_gold", None),
-        ("non-gold", "non_gold_ratio", None),
-        ("tokens", "tokens_per_query", None),
-    ]
-    head = "".join(f"<th>{c}</th>" for c, _, _ in columns)
+    columns = [(k, label) for k, label in SCORE_LABELS if k in summary]
+    head = "".join(f"<th>{_label(k, label, summary)}</th>" for k, label in columns)
     body = ""
     for name, g in groups.items():
         cells = []
-        for _, key, count in columns:
+        for key, _ in columns:
             value = g.get(key, 0)
-            if key in ("usable", "tokens_per_query"):
+            if key in COUNTS:
                 cells.append(f"<td>{value}</td>")
             elif key == "non_gold_ratio" and not g.get("non_gold_of"):
                 cells.append("<td>n/a</td>")
-            elif count:
-                cells.append(f"<td>{_pct(value)} <span class='n'>({g.get(count, 0)})</span></td>")
+            elif key in CORRECT_OF:
+                count = g.get(CORRECT_OF[key], 0)
+                cells.append(f"<td>{_pct(value)} <span class='n'>({count})</span></td>")
             else:
                 cells.append(f"<td>{_pct(value)}</td>")
         body += f"<tr><th>{html.escape(name)}</th>{''.join(cells)}</tr>"
     return f"<table><tr><th>level</th>{head}</tr>{body}</table>"
+
+
+def _label(key: str, label: str, summary: dict) -> str:
+    return f"maj@{summary['maj_k']}" if key == "maj_ex" else label
 
 
 def _failure_table(summary: dict, rows: list[dict]) -> str:
