@@ -114,3 +114,46 @@ def test_stuck_worker_is_replaced(school_db):
         results = ex.execute_many([(school_db, SLOW), (school_db, QUERIES[0])])
         assert "was stuck" in results[0].error
         assert results[1].ok and ex.restarts == 1
+
+
+def test_workers_stop_when_their_parent_is_killed(school_db, tmp_path):
+    """A killed evaluation must not leave SQL workers grinding through their queue."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import threading, time\n"
+        "from acesql.sql.executor import BatchExecutor\n"
+        "def report(ex):\n"
+        "    while not ex.worker_pids():\n"
+        "        time.sleep(0.05)\n"
+        "    print(ex.worker_pids()[0], flush=True)\n"
+        "if __name__ == '__main__':\n"
+        "    ex = BatchExecutor(workers=1, timeout_s=1.0)\n"
+        "    threading.Thread(target=report, args=(ex,), daemon=True).start()\n"
+        "    endless = 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) '\n"
+        "    endless += 'SELECT count(*) FROM c'\n"
+        f"    ex.execute_many([({str(school_db)!r}, endless)] * 200)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    worker = int(proc.stdout.readline())
+    time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 4  # the job running when the parent died ends by timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{worker}/stat") as fh:
+            if fh.read().split(")")[-1].split()[0] == "Z":
+                break  # exited; only its (dead) parent could reap it
+        time.sleep(0.1)
+    else:
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the SQL worker outlived its killed parent by 4 s")

@@ -116,6 +116,7 @@ def _failed(job: tuple, message: str):
 def _worker_main(conn, progress, settings: dict) -> None:
     """Run chunks of jobs; `progress` = [position in the chunk, start time of that job or 0]."""
     runner = _Runner(**settings)
+    parent = os.getppid()
     while True:
         try:
             chunk = conn.recv()
@@ -125,6 +126,8 @@ def _worker_main(conn, progress, settings: dict) -> None:
             return
         results = []
         for position, (idx, job) in enumerate(chunk):
+            if os.getppid() != parent:
+                return  # the parent was killed: nobody waits for the rest of the chunk
             progress[0], progress[1] = position, time.monotonic()
             try:
                 result = runner.run(job)
