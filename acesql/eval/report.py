@@ -58,9 +58,17 @@ def write_report(path: str | Path, summary: dict, rows: list[dict]) -> None:
 
 
 # ------------------------------------------------------------------------------ figures
+def _groups(summary: dict) -> dict:
+    """Each complexity level and overall; just overall when the data has no levels."""
+    levels = summary.get("by_complexity", {})
+    if set(levels) <= {"unlabeled"}:
+        return {"overall": summary}
+    return {**levels, "overall": summary}
+
+
 def ex_by_complexity_figure(summary: dict):
     """Grouped bars: pipeline EX, maj@k (when run) and generator EX per level and overall."""
-    groups = {**summary.get("by_complexity", {}), "overall": summary}
+    groups = _groups(summary)
     series = [("pipeline", "pipeline_ex", "pipeline_correct", "pipeline EX")]
     if "maj_ex" in summary:
         series.append(("maj", "maj_ex", "maj_correct", f"maj@{summary['maj_k']}"))
@@ -107,7 +115,7 @@ def recall_figure(rows: list[dict]):
 
 
 def tokens_figure(rows: list[dict]):
-    """Histogram of output tokens per query, stacked by role."""
+    """Histograms of each role's output tokens per query, side by side."""
     retriever = [r["retriever_tokens"] for r in rows]
     generator = [r["generator_tokens"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 3.4))
@@ -115,12 +123,11 @@ def tokens_figure(rows: list[dict]):
         ax.hist(
             [retriever, generator],
             bins=20,
-            stacked=True,
             color=[COLORS["pipeline"], COLORS["generator"]],
             label=["retriever", "generator"],
         )
         ax.legend(fontsize=8)
-    ax.set_xlabel("output tokens per query (greedy pipeline)")
+    ax.set_xlabel("output tokens per query, each role (greedy pipeline)")
     ax.set_ylabel("questions")
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
@@ -194,7 +201,7 @@ def _cards(summary: dict) -> str:
 
 
 def _complexity_table(summary: dict) -> str:
-    groups = {**summary.get("by_complexity", {}), "overall": summary}
+    groups = _groups(summary)
     columns = [(k, label) for k, label in SCORE_LABELS if k in summary]
     head = "".join(f"<th>{_label(k, label, summary)}</th>" for k, label in columns)
     body = ""
