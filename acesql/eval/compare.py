@@ -65,12 +65,14 @@ def _from_run(run_id: str, tracking_uri: str | None) -> dict[str, dict[str, floa
 
 
 def flat_summary(summary: dict) -> dict[str, float]:
-    """A metrics.json summary as `{metric: v, "level/metric": v}`.
+    """A metrics.json summary's numbers as `{metric: v, "level/metric": v, "failures/c": n}`.
 
-    >>> flat_summary({"pipeline_ex": 0.5, "by_complexity": {"simple": {"pipeline_ex": 1.0}}})
-    {'pipeline_ex': 0.5, 'simple/pipeline_ex': 1.0}
+    >>> flat_summary({"pipeline_ex": 0.5, "model": "m", "failures": {"timeout": 1},
+    ...               "by_complexity": {"simple": {"pipeline_ex": 1.0}}})
+    {'pipeline_ex': 0.5, 'failures/timeout': 1, 'simple/pipeline_ex': 1.0}
     """
     flat = {k: v for k, v in summary.items() if _number(v)}
+    flat.update({f"failures/{k}": v for k, v in summary.get("failures", {}).items()})
     for level, scores in summary.get("by_complexity", {}).items():
         flat.update({f"{level}/{k}": v for k, v in scores.items() if _number(v)})
     return flat

@@ -17,6 +17,7 @@ import argparse
 from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
 from acesql.errors import ConfigError
+from acesql.eval.compare import flat_summary
 from acesql.eval.runner import evaluate_to_folder
 from acesql.models.base_model import load_tokenizer
 from acesql.models.engine import open_engine
@@ -84,24 +85,9 @@ def metric_keys(summary: dict, split: str) -> dict[str, float]:
 
     >>> metric_keys({"pipeline_ex": 0.5, "model": "m", "by_complexity": {"simple": {"usable": 2}},
     ...              "failures": {"timeout": 1}}, "dev")
-    {'dev/pipeline_ex': 0.5, 'dev/simple/usable': 2, 'dev/failures/timeout': 1}
+    {'dev/pipeline_ex': 0.5, 'dev/failures/timeout': 1, 'dev/simple/usable': 2}
     """
-    flat = {}
-    for key, value in summary.items():
-        if isinstance(value, bool) or not isinstance(value, int | float | dict):
-            continue
-        if key == "by_complexity":
-            for level, scores in value.items():
-                flat.update({f"{split}/{level}/{k}": v for k, v in scores.items() if _number(v)})
-        elif key == "failures":
-            flat.update({f"{split}/failures/{k}": v for k, v in value.items()})
-        elif _number(value):
-            flat[f"{split}/{key}"] = value
-    return flat
-
-
-def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return {f"{split}/{k}": v for k, v in flat_summary(summary).items()}
 
 
 def main(argv=None) -> None:
