@@ -186,9 +186,10 @@ def test_the_stage_entry_point_tags_its_run_from_the_environment(store, tmp_path
     params.write_text(f"base: {{tracking_uri: '{uri}', experiment: {experiment}}}\n")
     monkeypatch.setenv(PARENT_RUN_ENV, "parent-7")
     monkeypatch.setenv(FLOW_RUN_ENV, "flow-7")
-    run_stage("demo", "doc", ("base",), lambda s, tracker: {"ok": 1}, ["--params", str(params)])
+    argv = ["--params", str(params)]
+    run_stage("demo", "doc", ("base",), lambda s, tracker: {"ok": 1}, argv, run_name="demo@dev")
     _, [run] = _runs(store)
-    assert run.data.tags["stage"] == "demo"
+    assert run.info.run_name == "demo@dev" and run.data.tags["stage"] == "demo"
     assert run.data.tags[PARENT_RUN_TAG] == "parent-7"
     assert run.data.tags[FLOW_RUN_TAG] == "flow-7"
 

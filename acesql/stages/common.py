@@ -20,12 +20,14 @@ def run_stage(
     work: Callable,
     argv=None,
     resume_run: Callable | None = None,
+    run_name: str | None = None,
 ) -> None:
     """Parse `--params`, load `sections`, open a tracked run named `name`, call `work`.
 
     `work(sections: dict, tracker) -> dict` returns the stage's metrics, printed as JSON.
     `resume_run(sections) -> run id or None` names an earlier run to continue (a training
-    stage resuming from its checkpoint). Configuration and data errors print one `error:`
+    stage resuming from its checkpoint). `run_name` names the MLflow run when one stage has
+    several DVC instances (`evaluate@dev`); the `stage` tag stays `name`. Configuration and data errors print one `error:`
     line and exit with status 2.
     """
     parser = argparse.ArgumentParser(
@@ -40,7 +42,7 @@ def run_stage(
         tracker = make_tracker(loaded["base"])
         params = {s: section.model_dump(mode="json") for s, section in loaded.items()}
         run_id = resume_run(loaded) if resume_run else None
-        with tracker.start_run(name, params, tags={"stage": name}, run_id=run_id):
+        with tracker.start_run(run_name or name, params, tags={"stage": name}, run_id=run_id):
             metrics = work(loaded, tracker)
     except AcesqlError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -100,6 +100,7 @@ def main(argv=None) -> None:
         SECTIONS,
         lambda s, tracker: work(s, tracker, known.split),
         rest,
+        run_name=f"evaluate@{known.split}" if known.split else None,
     )
 
 
