@@ -27,8 +27,8 @@ def run_stage(
     `work(sections: dict, tracker) -> dict` returns the stage's metrics, printed as JSON.
     `resume_run(sections) -> run id or None` names an earlier run to continue (a training
     stage resuming from its checkpoint). `run_name` names the MLflow run when one stage has
-    several DVC instances (`evaluate@dev`); the `stage` tag stays `name`. Configuration and data errors print one `error:`
-    line and exit with status 2.
+    several DVC instances (`evaluate@dev`); the `stage` tag stays `name`. Configuration and
+    data errors print one `error:` line and exit with status 2.
     """
     parser = argparse.ArgumentParser(
         prog=f"python -m acesql.stages.{name}",
