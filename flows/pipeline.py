@@ -23,6 +23,8 @@ the last lines of its stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
@@ -44,6 +46,44 @@ STAGES = ("base_model", "data", "sft_data", "sft", "rl_data", "grpo", "evaluate"
 GPU_STAGES = ("sft", "grpo")  # the stages prefect.yaml deploys to the gpu work pool
 STDERR_TAIL = 20  # lines of stderr a failed stage reports
 DVC_LOCK_BUSY = "Unable to acquire lock"  # dvc/lock.py: another DVC process holds the repo
+
+
+PROJECT_LOCK = Path(".dvc/tmp/acesql-flow.lock")
+_locks_held = 0  # project_lock is reentrant within a process (a stage flow inside a pipeline)
+
+
+@contextlib.contextmanager
+def project_lock():
+    """Hold the project folder for one flow's params write + `dvc repro` + tags.
+
+    A stage flow given overrides writes them into params.yaml, and DVC reads params.yaml when
+    its stage runs and again when it writes dvc.lock: a second run writing the file in between
+    would have the first stage's lock entry record values it never ran with. Runs of one
+    project folder therefore take turns here (an flock on a file in .dvc/tmp, released when
+    the process dies). A GPU stage the pipeline hands to a deployment is not held: the
+    deployment's own flow takes the lock when it runs, maybe on this machine.
+    """
+    global _locks_held
+    if _locks_held:
+        _locks_held += 1
+        try:
+            yield
+        finally:
+            _locks_held -= 1
+        return
+    PROJECT_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with PROJECT_LOCK.open("a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            get_run_logger().info("another flow run holds %s: waiting for it", PROJECT_LOCK)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        _locks_held = 1
+        try:
+            yield
+        finally:
+            _locks_held = 0
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 class StageFailed(RuntimeError):
@@ -148,8 +188,9 @@ def pipeline(
             if gpu_deployments and stage in GPU_STAGES:
                 dispatch(stage, gpu_deployment(stage), force, parent)
             else:
-                repro(stage, force, parent)
-                tag_stage(stage, parent)
+                with project_lock():
+                    repro(stage, force, parent)
+                    tag_stage(stage, parent)
         if "evaluate" in stages:
             register_model(parent, registered_model, log_model_weights)
         status = "FINISHED"

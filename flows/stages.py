@@ -9,7 +9,8 @@ per-run params file), so this is what keeps its cache honest: the changed values
 stage's dvc.lock entry, a later run with the same values reuses the outputs, and the file is
 left as the run used it, as `dvc exp run --set-param` leaves it. `git diff params.yaml` shows
 what a run changed; `git checkout params.yaml` goes back (the next run then reruns the stage).
-Runs that override params of one project folder must not overlap.
+Runs of one project folder take turns (`flows.pipeline.project_lock`): a second run waits
+until the first has written its params, reproduced its stage and tagged its runs.
 
 The shared sections (`base`, `prompt`, `base_model.reasoning`) are not parameters here: they
 change every stage, so they are edited in params.yaml itself.
@@ -34,7 +35,7 @@ from acesql.config import (
     load_section,
 )
 from acesql.errors import ConfigError
-from flows.pipeline import repro
+from flows.pipeline import project_lock, repro
 from flows.tracking import tag_stage
 
 PARAMS = Path("params.yaml")
@@ -98,10 +99,11 @@ def _keys(tree: dict, prefix: str = "") -> list[str]:
 
 def reproduce(stage: str, section: Section | None, force: bool, parent_run_id: str | None) -> None:
     """What every stage flow does: its params (when given), `dvc repro`, its run's DVC tags."""
-    if section is not None:
-        write_params(stage, section)
-    repro(stage, force, parent_run_id)
-    tag_stage(stage, parent_run_id)
+    with project_lock():
+        if section is not None:
+            write_params(stage, section)
+        repro(stage, force, parent_run_id)
+        tag_stage(stage, parent_run_id)
 
 
 @flow(name="acesql-base_model")

@@ -9,6 +9,10 @@ real thing. Each test has its own sqlite MLflow store.
 
 import json
 import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -329,6 +333,45 @@ def test_a_stage_flow_without_a_section_leaves_params_yaml_alone(
     assert flows.stages.grpo_flow(force=True, parent_run_id=None, return_state=True).is_completed()
     assert Path("params.yaml").read_text() == before
     assert repro_calls == [("grpo", True, None)]
+
+
+HOLD_THE_LOCK = """
+import fcntl, sys, time
+from pathlib import Path
+fh = open(".dvc/tmp/acesql-flow.lock", "a")
+fcntl.flock(fh, fcntl.LOCK_EX)
+Path("held").touch()
+while not Path("release").exists():
+    time.sleep(0.05)
+"""
+
+
+def test_runs_of_one_project_folder_take_turns(project, prefect_harness, repro_calls):
+    """A flow run waits while another process holds the project; none of its params are
+    written before then, so the other run's `dvc repro` reads the file it wrote."""
+    Path(".dvc/tmp").mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK])
+    deadline = time.monotonic() + 30
+    while not Path("held").exists():
+        assert holder.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    before = Path("params.yaml").read_text()
+    result = {}
+    waiting = threading.Thread(
+        target=lambda: result.update(
+            state=flows.stages.sft_flow(sft={"learning_rate": 2e-4}, return_state=True)
+        )
+    )
+    waiting.start()
+    waiting.join(timeout=3)
+    assert waiting.is_alive() and repro_calls == []
+    assert Path("params.yaml").read_text() == before
+    Path("release").touch()
+    holder.wait(timeout=30)
+    waiting.join(timeout=60)
+    assert result["state"].is_completed()
+    assert repro_calls == [("sft", False, None)]
+    assert yaml.safe_load(Path("params.yaml").read_text())["sft"]["learning_rate"] == 2e-4
 
 
 def test_overrides_that_break_the_section_are_refused_before_the_stage_runs(

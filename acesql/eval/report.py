@@ -254,7 +254,8 @@ def _failure_table(summary: dict, rows: list[dict]) -> str:
 
 def _example(row: dict) -> str:
     missing = sorted(set(row.get("gold_columns") or []) - set(row.get("retrieved_columns") or []))
-    detail = row.get("pred_error") or row.get("pipeline_reason", "")
+    # SQLite's message when there is one; else the match's reason code, said in words
+    detail = row.get("pred_error") or str(row.get("pipeline_reason", "")).replace("_", " ")
     lines = [
         ("question", html.escape(row["question"])),
         ("database", html.escape(str(row["db_id"]))),
@@ -296,7 +297,7 @@ tr th:first-child {{ text-align: left; }}
 table.failures tr > :last-child {{ text-align: left; }}
 span.n {{ color: #888; font-size: .85em; }}
 img {{ max-width: 100%; }}
-dl.example {{ display: grid; grid-template-columns: max-content 1fr; gap: .15em 1em;
+dl.example {{ display: grid; grid-template-columns: 12em 1fr; gap: .15em 1em;
               border-left: 3px solid #ddd; padding: .3em .8em; margin: .6em 0; }}
 dl.example dt {{ color: #666; }}
 dl.example dd {{ margin: 0; }}
