@@ -306,7 +306,10 @@ def _write_metrics(folder, split, pipeline_ex, simple_ex):
         "pipeline_ex": pipeline_ex,
         "generator_ex": 0.5,
         "model": "m",
-        "by_complexity": {"simple": {"usable": 4, "pipeline_ex": simple_ex}},
+        "by_complexity": {
+            "highly complex": {"usable": 2, "pipeline_ex": 0.0},
+            "simple": {"usable": 4, "pipeline_ex": simple_ex},
+        },
     }
     (folder / "metrics.json").write_text(json.dumps(summary))
 
@@ -319,6 +322,7 @@ def test_compare_two_result_folders(tmp_path):
     assert re.search(r"pipeline EX\s+10\.0%\s+30\.0%\s+\+20\.0", table)
     assert re.search(r"simple: pipeline EX\s+25\.0%\s+50\.0%\s+\+25\.0", table)
     assert re.search(r"generator EX\s+50\.0%\s+50\.0%\s+\+0\.0", table)
+    assert table.index("simple: pipeline EX") < table.index("highly complex: pipeline EX")
 
 
 def test_compare_reads_mlflow_runs(tmp_path):

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from acesql.errors import DataError
-from acesql.eval.metrics import COUNTS, SCORE_LABELS
+from acesql.eval.metrics import COUNTS, SCORE_LABELS, level_key
 
 LEVEL_ROWS = ("usable", "pipeline_ex", "maj_ex", "generator_ex")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -87,7 +87,8 @@ def compare_table(a: dict, b: dict, name_a: str = "A", name_b: str = "B") -> str
         for key, label in SCORE_LABELS:
             if key in left or key in right:
                 lines.append(_line(label, left.get(key), right.get(key), key not in COUNTS))
-        levels = sorted({k.split("/")[0] for k in (*left, *right) if "/" in k} - {"failures"})
+        levels = {k.split("/")[0] for k in (*left, *right) if "/" in k} - {"failures"}
+        levels = sorted(levels, key=level_key)
         for level in levels:
             for key in LEVEL_ROWS:
                 full = f"{level}/{key}"
