@@ -143,7 +143,7 @@ def data():
     type=click.Choice(["tiny", "default", "large"]),
     default="default",
     show_default=True,
-    help="Schema sizes: tiny for tests, large for GPU-scale runs.",
+    help="Schema sizes: tiny for CPU runs and tests, large for GPU-scale runs.",
 )
 @click.option(
     "--ood-domains",
