@@ -49,7 +49,6 @@ DVC_LOCK_BUSY = "Unable to acquire lock"  # dvc/lock.py: another DVC process hol
 
 
 PROJECT_LOCK = Path(".dvc/tmp/acesql-flow.lock")
-_locks_held = 0  # project_lock is reentrant within a process (a stage flow inside a pipeline)
 
 
 @contextlib.contextmanager
@@ -61,16 +60,9 @@ def project_lock():
     would have the first stage's lock entry record values it never ran with. Runs of one
     project folder therefore take turns here (an flock on a file in .dvc/tmp, released when
     the process dies). A GPU stage the pipeline hands to a deployment is not held: the
-    deployment's own flow takes the lock when it runs, maybe on this machine.
+    deployment's own flow takes the lock when it runs, maybe on this machine. Not reentrant:
+    take it once per stage, around tasks, never around another flow.
     """
-    global _locks_held
-    if _locks_held:
-        _locks_held += 1
-        try:
-            yield
-        finally:
-            _locks_held -= 1
-        return
     PROJECT_LOCK.parent.mkdir(parents=True, exist_ok=True)
     with PROJECT_LOCK.open("a") as fh:
         try:
@@ -78,11 +70,9 @@ def project_lock():
         except BlockingIOError:
             get_run_logger().info("another flow run holds %s: waiting for it", PROJECT_LOCK)
             fcntl.flock(fh, fcntl.LOCK_EX)
-        _locks_held = 1
         try:
             yield
         finally:
-            _locks_held = 0
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
