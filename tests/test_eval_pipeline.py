@@ -63,9 +63,16 @@ def test_wrong_sql_and_bad_columns(setup):
         summary, rows = evaluate_examples(examples, Oracle(examples, wrong_sql=True), prompts, ex)
         assert summary["pipeline_ex"] == summary["generator_ex"] == 0.0
         summary, rows = evaluate_examples(examples, Oracle(examples, bad_columns=True), prompts, ex)
-    # unknown columns: the retriever falls back to the full schema, the generator still succeeds
-    assert summary["retriever_fallback_rate"] == 1.0 and summary["pipeline_ex"] == 1.0
+    # unknown columns: the vote is empty, so the generator sees no schema (the paper's rule)
+    assert summary["retriever_fallback_rate"] == 1.0
     assert all(r["retriever_unknown"] == ["nowhere.nothing"] for r in rows)
+    assert all(r["retrieved_columns"] == [] for r in rows)
+    with BatchExecutor(workers=0) as ex:
+        engine = Oracle(examples, bad_columns=True)
+        summary, rows = evaluate_examples(examples, engine, prompts, ex, on_empty="full_schema")
+    # ... or, as an evaluation option, the whole schema; the oracle generator then succeeds
+    assert summary["retriever_fallback_rate"] == 1.0 and summary["pipeline_ex"] == 1.0
+    assert all(len(r["retrieved_columns"]) > 1 for r in rows)
 
 
 def test_voting_samples_at_temperature_one(setup):

@@ -142,6 +142,40 @@ def test_one_step_rewards_pool_and_update(tiny_model_dir, examples, tmp_path):
     trainer.close()
 
 
+def test_retriever_is_scored_against_the_pool_before_the_update(tiny_model_dir, examples, tmp_path):
+    wide = [e for e in examples if len(e.gold_columns) > 1][:2]
+    assert len(wide) == 2, "the fixture needs questions with two or more gold columns"
+    pool = EmpiricalPool()
+    for ex in wide:  # the target before the step: the first gold column alone
+        pool.seed(question_key(ex), [[ex.gold_columns[0]]])
+    trainer = GrpoTrainer(
+        tiny_model_dir,
+        wide,
+        pool,
+        tmp_path / "grpo",
+        _cfg(schedule=False),
+        progress=False,
+        engine_factory=lambda model, tok: ScriptedEngine(wide, tok, 2),
+    )
+    seen = {}
+    score = trainer._rewards
+
+    def spy(rollouts, *args):
+        seen["rewards"] = score(rollouts, *args)
+        return seen["rewards"]
+
+    trainer._rewards = spy
+    record = trainer.step()
+    # even samples name every gold column (the set the generator's 2 right SQLs used, which
+    # becomes the target after the update: 2 > 0.5); odd samples name the old target alone
+    for group in seen["rewards"]["retriever"]:
+        assert group == [0.0, 1.0, 0.0, 1.0]
+    assert record["retriever/match_rate"] == 0.5
+    for ex in wide:
+        assert trainer.pool.targets(question_key(ex)) == [frozenset(ex.gold_columns)]
+    trainer.close()
+
+
 def test_schedule_zero_lambda_means_retriever_only(tiny_model_dir, examples, tmp_path):
     trainer = _trainer(tiny_model_dir, examples, tmp_path, _cfg(schedule=True))
     record = trainer.step()

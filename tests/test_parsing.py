@@ -79,23 +79,44 @@ def test_parse_columns(text, columns, unknown, ok, schemas):
     assert (got.error is None) is ok
 
 
-def test_voting_threshold_and_fallback(schemas):
+# (samples, threshold, expected columns, empty): the cutoff is ceil(threshold x N) over all
+# N samples, unparseable (None) and empty ones included
+VOTES = [
+    (
+        [["student.name", "student.age"], ["student.name"], ["student.name", "course.title"], None],
+        0.5,
+        {"student.name"},
+        False,
+    ),  # name 3 of 4 >= 2; age and title 1 of 4
+    ([["student.name"], None, None, None], 0.5, set(), True),  # 1 of 4 < 2: malformed count
+    ([["student.name"], [], [], ["student.name"]], 0.5, {"student.name"}, False),  # 2 of 4
+    ([["student.name"], [], []], 0.5, set(), True),  # 1 of 3 < ceil(1.5) = 2
+    (
+        [["student.name", "course.title"], ["course.title"], None],
+        0.3,
+        {"student.name", "course.title"},
+        False,
+    ),  # ceil(0.9) = 1
+    ([["a.b"], ["a.b"]], 0.5, set(), True),  # names that are no column never win
+    ([["student.name"], ["student.age"]], 0.5, {"student.name", "student.age"}, False),  # 1 of 2
+    ([None], 0.5, set(), True),
+    ([], 0.5, set(), True),
+]
+
+
+@pytest.mark.parametrize(("samples", "threshold", "expected", "empty"), VOTES)
+def test_vote_cutoff_counts_every_sample(schemas, samples, threshold, expected, empty):
+    kept, was_empty = vote_columns(samples, schemas["school"], threshold)
+    assert (set(kept), was_empty) == (expected, empty)
+
+
+def test_empty_vote_can_fall_back_to_the_full_schema(schemas):
     schema = schemas["school"]
-    samples = [
-        ["student.name", "student.age"],
-        ["student.name"],
-        ["student.name", "course.title"],
-        None,
-    ]
-    kept, fell_back = vote_columns(samples, schema)
-    assert kept == {"student.name"} and not fell_back  # age and title: 1 of 3 parseable
-    kept, _ = vote_columns(samples, schema, threshold=0.3)
-    assert kept == {"student.name", "student.age", "course.title"}
-    kept, fell_back = vote_columns([None, None], schema)
-    assert fell_back and kept == set(schema.column_ids)
-    kept, fell_back = vote_columns([["a.b"], ["c.d"]], schema)  # unknown columns never win
-    assert fell_back
-    kept, _ = vote_columns([["student.name"], ["student.age"]], schema)  # 1 of 2 is >= 0.5
-    assert kept == {"student.name", "student.age"}
+    kept, was_empty = vote_columns([None, []], schema, on_empty="full_schema")
+    assert was_empty and kept == set(schema.column_ids)
+    kept, was_empty = vote_columns([["student.name"]], schema, on_empty="full_schema")
+    assert kept == {"student.name"} and not was_empty
     with pytest.raises(ValueError):
-        vote_columns(samples, schema, threshold=0)
+        vote_columns([["student.name"]], schema, threshold=0)
+    with pytest.raises(ValueError):
+        vote_columns([["student.name"]], schema, on_empty="everything")

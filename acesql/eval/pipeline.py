@@ -1,7 +1,8 @@
 """Evaluation of a model in both roles, one row per question.
 
-- pipeline EX: retriever (greedy, or n samples voted) -> its columns (the full schema when
-  none parse) -> pruned schema -> generator (greedy) -> execution match against the gold;
+- pipeline EX: retriever (greedy, or n samples voted) -> its columns (when none are selected,
+  an empty schema or, with `on_empty="full_schema"`, the whole one) -> pruned schema ->
+  generator (greedy) -> execution match against the gold;
 - maj@k (k > 0): k generator samples on the same pruned schema vote with their execution
   results (`acesql.eval.voting`);
 - generator ability: the generator alone, on the schema pruned to the gold SQL's columns;
@@ -34,6 +35,7 @@ def evaluate_examples(
     mode: str = "multiset",
     retriever_samples: int = 1,
     vote_threshold: float = 0.5,
+    on_empty: str = "empty",
     max_new_tokens: int = 256,
     maj_k: int = 0,
     maj_temperature: float = 1.0,
@@ -59,7 +61,7 @@ def evaluate_examples(
         schema = schemas(ex)
         parsed = [parse_columns(o.text, schema) for o in outputs]
         chosen, fell_back = vote_columns(
-            [p.columns if p.ok else None for p in parsed], schema, vote_threshold
+            [p.columns if p.ok else None for p in parsed], schema, vote_threshold, on_empty
         )
         try:
             gold = gold_columns(ex, schema)

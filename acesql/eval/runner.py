@@ -112,6 +112,7 @@ _EVAL_ARGS = {
     "mode",
     "retriever_samples",
     "vote_threshold",
+    "on_empty",
     "max_new_tokens",
     "maj_k",
     "maj_temperature",

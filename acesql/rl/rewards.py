@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
+ROLES = ("retriever", "generator")
+
 
 def length_penalty(
     n_tokens: int, low: int = 512, high: int = 2048, max_penalty: float = 0.5

@@ -6,7 +6,14 @@
       -> the column sets of the matched SQLs (what the empirical pool is fed)
 
 Nothing here trains or scores: rewards are the trainer's business. A malformed output parses
-to None (an unparseable column list, no SQL block) and simply never matches.
+to None (an unparseable column list, no SQL block) and simply never matches. The format gate
+of the authors' code applies to both roles (`acesql.sql.parsing.format_ok`): an output cut off
+at `max_new_tokens` counts as malformed, and with reasoning on a generator output needs
+`</think>` followed by a closed ```sql block. A parsed but empty column list is a set like any
+other (it can match a pool target of a query that names no column, such as COUNT(*)).
+
+The vote (`acesql.sql.voting`) and the union follow the authors: when nothing is selected the
+generator sees an empty schema.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from acesql.models.prompts import PromptBuilder
 from acesql.sft.data import SchemaCache
 from acesql.sql.columns import extract_columns
 from acesql.sql.executor import BatchExecutor
-from acesql.sql.parsing import parse_columns, parse_sql
+from acesql.sql.parsing import format_ok, parse_columns, parse_sql
 from acesql.sql.voting import vote_columns
 
 COMBINE = ("vote", "union")
@@ -38,7 +45,7 @@ class QuestionRollout:
     retriever: list[Completion]
     retrieved: list[frozenset[str] | None]  # parsed column sets; None: unparseable
     schema_columns: frozenset[str]  # the pruned schema the generator saw
-    fell_back: bool  # nothing voted or parsed: the generator saw the full schema
+    fell_back: bool  # the vote (or union) selected no column: the generator saw no schema
     generator_prompt: str = ""
     generator: list[Completion] = field(default_factory=list)
     sqls: list[str | None] = field(default_factory=list)
@@ -82,15 +89,16 @@ def rollout(
     rollouts = []
     for ex, prompt, outputs in zip(examples, r_prompts, r_out):
         schema = schemas(ex)
-        parsed = [parse_columns(o.text, schema) for o in outputs]
-        sets = [frozenset(p.columns) if p.ok and p.columns else None for p in parsed]
+        sets = []
+        for o in outputs:
+            parsed = parse_columns(o.text, schema)
+            well_formed = parsed.ok and format_ok(o, "retriever", prompts.reasoning)
+            sets.append(frozenset(parsed.columns) if well_formed else None)
         if combine == "vote":
             chosen, fell_back = vote_columns(sets, schema, vote_threshold)
         else:
-            chosen = frozenset().union(*(s for s in sets if s))
+            chosen = frozenset().union(*(s for s in sets if s is not None))
             fell_back = not chosen
-            if fell_back:
-                chosen = frozenset(schema.column_ids)
         rollouts.append(QuestionRollout(ex, prompt, outputs, sets, chosen, fell_back))
 
     for r in rollouts:
@@ -103,7 +111,10 @@ def rollout(
     checks = []
     for r, outputs in zip(rollouts, g_out):
         r.generator = outputs
-        r.sqls = [parse_sql(o.text) for o in outputs]
+        r.sqls = [
+            parse_sql(o.text) if format_ok(o, "generator", prompts.reasoning) else None
+            for o in outputs
+        ]
         checks += [(r.example.db_path, sql or "", r.example.sql) for sql in r.sqls]
     verdicts = iter(executor.match_many(checks, match_mode))
     for r in rollouts:

@@ -47,10 +47,15 @@ from acesql.errors import SqlParseError
 from acesql.models.prompts import PromptBuilder
 from acesql.rl.advantages import group_advantages
 from acesql.rl.pool import EmpiricalPool
-from acesql.rl.rewards import dense_retriever_reward, generator_reward, retriever_reward
+from acesql.rl.rewards import (
+    ROLES,
+    dense_retriever_reward,
+    generator_reward,
+    retriever_reward,
+)
 from acesql.rl.rollout import QuestionRollout, rollout
 from acesql.rl.schedule import generator_weight
-from acesql.rl.update import ROLES, DualRoleUpdate, Sequence
+from acesql.rl.update import DualRoleUpdate, Sequence
 from acesql.sft.data import SchemaCache, gold_columns
 from acesql.tracking import NullTracker, Tracker
 
@@ -263,8 +268,12 @@ class GrpoTrainer:
             seed=self.seed * 100_003 + step,
         )
         t_rollout = time.monotonic() - t0 - self.executor.seconds
-        pool_info = self._update_pool(rollouts)
-        rewards = self._rewards(rollouts)
+        # the retriever is scored against the pool as it stood before this rollout (the
+        # authors' order): a step never rewards a set its own generator samples just added
+        targets = {r.key: self._targets(r) for r in rollouts}
+        support = {r.key: self._support(r) for r in rollouts}
+        pool_info = self._update_pool(rollouts, targets)
+        rewards = self._rewards(rollouts, targets, support)
         seqs, adv_stats = self._sequences(rollouts, rewards)
 
         t1 = time.monotonic()
@@ -296,7 +305,7 @@ class GrpoTrainer:
 
     # --------------------------------------------------------------- pool and rewards
 
-    def _update_pool(self, rollouts: list[QuestionRollout]) -> dict:
+    def _update_pool(self, rollouts: list[QuestionRollout], targets: dict) -> dict:
         changes, non_gold, matched = 0, 0, 0
         ret_hits, ret_total = 0, 0
         for r in rollouts:
@@ -311,10 +320,9 @@ class GrpoTrainer:
             for s in r.matched_sets:
                 matched += 1
                 non_gold += gold is not None and s != gold
-            targets = self._targets(r)
             for s in r.retrieved:
                 ret_total += 1
-                ret_hits += s is not None and any(s == t for t in targets)
+                ret_hits += s is not None and any(s == t for t in targets[r.key])
         stats = self.pool.stats()
         return {
             "pool/with_target": stats["with_target"],
@@ -339,7 +347,15 @@ class GrpoTrainer:
             return [gold] if gold else []
         return self.pool.targets(r.key)
 
-    def _rewards(self, rollouts: list[QuestionRollout]) -> dict[str, list[list[float]]]:
+    def _support(self, r: QuestionRollout) -> list[frozenset[str]]:
+        """The dense reward's sets: the pool's support, or the gold target's one set."""
+        if self.cfg.retriever_target == "empirical":
+            return self.pool.support(r.key)
+        return self._targets(r)
+
+    def _rewards(
+        self, rollouts: list[QuestionRollout], targets: dict, support: dict
+    ) -> dict[str, list[list[float]]]:
         lp = self.cfg.length_penalty.model_dump()
         out: dict[str, list[list[float]]] = {"retriever": [], "generator": []}
         for r in rollouts:
@@ -350,17 +366,13 @@ class GrpoTrainer:
                 ]
             )
             if self.cfg.retriever_reward == "dense":
-                support = (
-                    self.pool.support(r.key)
-                    if self.cfg.retriever_target == "empirical"
-                    else self._targets(r)
+                out["retriever"].append(
+                    [dense_retriever_reward(s, support[r.key]) for s in r.retrieved]
                 )
-                out["retriever"].append([dense_retriever_reward(s, support) for s in r.retrieved])
             else:
-                targets = self._targets(r)
                 out["retriever"].append(
                     [
-                        retriever_reward(s, targets, len(c.token_ids), **lp)
+                        retriever_reward(s, targets[r.key], len(c.token_ids), **lp)
                         for s, c in zip(r.retrieved, r.retriever)
                     ]
                 )

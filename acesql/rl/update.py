@@ -24,8 +24,6 @@ from acesql.models.logits import shared_prompt_logprobs, token_logprobs
 from acesql.rl.loss import grpo_loss
 from acesql.rl.pcgrad import pcgrad_
 
-ROLES = ("retriever", "generator")
-
 
 @dataclass
 class Sequence:

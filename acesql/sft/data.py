@@ -5,10 +5,12 @@ gold: the retriever's target is the gold SQL's column set, the generator's the g
 
 self_distill (ACE-SQL section 3, SFT cold start):
   1. the retriever samples n column lists per question; columns named by at least
-     `vote_threshold` of the parseable samples form the pruned schema;
+     ceil(`vote_threshold` x n) of them form the pruned schema (`acesql.sql.voting`);
   2. the generator samples m SQLs on that pruned schema; those whose execution matches the
      gold are kept as generator targets;
   3. a retriever sample is kept when it supports a kept SQL (its columns cover the SQL's);
+     a matched SQL whose columns cannot be resolved supports none, and outputs cut off at
+     the token limit are never targets (the format gate of `acesql.sql.parsing.format_ok`);
   4. the two roles are balanced (the larger one is subsampled).
 
 Every record: {"role", "prompt", "response", "db_id", "question", "complexity", "index"};
@@ -26,7 +28,7 @@ from acesql.errors import SqlParseError
 from acesql.models.prompts import PromptBuilder
 from acesql.sql.columns import extract_columns
 from acesql.sql.executor import BatchExecutor
-from acesql.sql.parsing import parse_columns, parse_sql
+from acesql.sql.parsing import format_ok, parse_columns, parse_sql
 from acesql.sql.schema import Schema
 from acesql.sql.voting import vote_columns
 
@@ -176,11 +178,14 @@ def build_self_distilled(
                 reason = verdict.match.reason if verdict.match.usable else "gold_unusable"
                 stats.dropped[("generator", reason)] += 1
                 continue
-            sql = parse_sql(o.text)
+            if not format_ok(o, "generator", prompts.reasoning):
+                stats.dropped[("generator", "malformed")] += 1
+                continue
             try:
-                matched_sets.append(extract_columns(sql, schema))
-            except SqlParseError:
-                matched_sets.append(frozenset())
+                matched_sets.append(extract_columns(parse_sql(o.text), schema))
+            except SqlParseError:  # supports no retriever sample: an empty set would support all
+                stats.dropped[("generator", "columns_unresolved")] += 1
+                continue
             if o.text in seen:
                 stats.dropped[("generator", "duplicate")] += 1
                 continue
@@ -188,7 +193,7 @@ def build_self_distilled(
             generator_records.append(_record("generator", g_prompt, o.text.strip(), ex))
         seen = set()
         for p, o in zip(parsed, r_outputs):
-            if not p.ok:
+            if not p.ok or not format_ok(o, "retriever", prompts.reasoning):
                 stats.dropped[("retriever", "unparseable")] += 1
             elif not any(s <= set(p.columns) for s in matched_sets):
                 stats.dropped[("retriever", "supports_no_matched_sql")] += 1

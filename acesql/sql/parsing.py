@@ -18,6 +18,30 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?(.*?)```", re.S)
 _OPEN_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*)$", re.S)
 _BARE_SQL = re.compile(r"(?im)^[ \t]*((?:SELECT|WITH)\b.*)")
 _LIST = re.compile(r"\[([^\[\]]*)\]", re.S)
+_THOUGHT_THEN_SQL = re.compile(r"</think>.*```(?:sql|sqlite)[ \t]*\n.*?```", re.S | re.I)
+
+
+def format_ok(completion, role: str, reasoning: bool) -> bool:
+    """The authors' format gate: whether a completion (text, finish_reason) may earn a reward.
+
+    An output cut off at the token limit (`finish_reason == "length"`) earns nothing in either
+    role. With reasoning on, a generator output must close its thought with `</think>` and then
+    hold a closed ```sql block.
+
+    >>> from acesql.models.engine import Completion
+    >>> format_ok(Completion("```sql\\nSELECT 1\\n```", finish_reason="stop"), "generator", True)
+    False
+    >>> ok = "<think>x</think>\\n```sql\\nSELECT 1\\n```"
+    >>> format_ok(Completion(ok, finish_reason="stop"), "generator", True)
+    True
+    >>> format_ok(Completion(ok, finish_reason="length"), "retriever", False)
+    False
+    """
+    if completion.finish_reason == "length":
+        return False
+    if reasoning and role == "generator":
+        return bool(_THOUGHT_THEN_SQL.search(completion.text))
+    return True
 
 
 def strip_think(text: str) -> str:

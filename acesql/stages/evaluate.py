@@ -47,6 +47,7 @@ def work(s: dict, tracker, split: str | None = None) -> dict:
         "mode": cfg.mode,
         "retriever_samples": cfg.retriever_samples,
         "vote_threshold": cfg.vote_threshold,
+        "on_empty": cfg.on_empty_vote,
         "max_new_tokens": gen.max_new_tokens,
         "maj_k": cfg.maj_k,
         "maj_temperature": cfg.maj_temperature,
