@@ -238,6 +238,13 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     help="1: greedy retriever; n: n samples voted.",
 )
 @click.option(
+    "--on-empty-vote",
+    type=click.Choice(["empty", "full_schema"]),
+    default="empty",
+    show_default=True,
+    help="When the retriever selects no column: an empty schema (the paper) or the whole one.",
+)
+@click.option(
     "--maj-k", default=0, show_default=True, help="maj@k: generator samples voted; 0: off."
 )
 @click.option("--maj-temperature", default=1.0, show_default=True)
@@ -274,7 +281,9 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     "--compare",
     nargs=2,
     metavar="RUN_A RUN_B",
-    help="Instead of evaluating: compare two evaluations (result folders or MLflow run ids).",
+    help="Instead of evaluating: compare two evaluations (result folders or MLflow run ids); "
+    "with per-question rows on both sides, also B - A on the same questions with a 95% "
+    "bootstrap interval and the exact McNemar p-value.",
 )
 @click.option(
     "--tracking-uri",
@@ -290,6 +299,7 @@ def evaluate_model(
     limit,
     mode,
     retriever_samples,
+    on_empty_vote,
     maj_k,
     maj_temperature,
     reasoning,
@@ -308,13 +318,16 @@ def evaluate_model(
 
     Greedy pipeline EX, maj@k, generator ability, retriever scores, non-gold ratio and
     tokens, per complexity. With --out, also per-question rows, BIRD-format predictions and
-    an HTML report. With --compare A B, print a side-by-side table of two evaluations.
+    an HTML report. With --compare A B, print a side-by-side table of two evaluations and,
+    per split, their paired difference on the questions both scored.
     """
     if compare:
-        from acesql.eval.compare import compare_table, load_evaluation
+        from acesql.eval.compare import compare_table, load_evaluation, load_rows, paired_table
 
         left, right = (load_evaluation(c, tracking_uri) for c in compare)
         click.echo(compare_table(left, right, *compare))
+        paired = paired_table(*(load_rows(c, tracking_uri) for c in compare))
+        click.echo(paired or "\n(no per-question rows on both sides: no paired intervals)")
         return
     missing = [
         o for o, v in (("--model", model), ("--dataset", dataset), ("--format", fmt)) if not v
@@ -337,6 +350,7 @@ def evaluate_model(
     settings = dict(
         mode=mode or DEFAULT_MODE[fmt],
         retriever_samples=retriever_samples,
+        on_empty=on_empty_vote,
         max_new_tokens=max_new_tokens,
         maj_k=maj_k,
         maj_temperature=maj_temperature,

@@ -479,3 +479,66 @@ def _is_json(line: str) -> bool:
     except json.JSONDecodeError:
         return False
     return True
+
+
+def _write_rows(folder, split, right, gold_covered=None):
+    """metrics.json and rows.jsonl of `len(right)` questions; `right[i]`: question i solved."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.json").write_text(json.dumps({"split": split, "pipeline_ex": 0.0}))
+    rows = [
+        {
+            "db_id": "d",
+            "index": i,
+            "usable": True,
+            "category": "ok" if ok else "wrong_result",
+            "pipeline_match": ok,
+            "generator_match": True,
+            "recall": 0.5 + 0.5 * ok,
+            "covers_gold": None,
+        }
+        for i, ok in enumerate(right)
+    ]
+    rows.append({"db_id": "d", "index": 99, "usable": False, "category": "unusable"})
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_paired_comparison_on_the_questions_both_scored(tmp_path):
+    from acesql.eval.compare import load_rows, paired_table
+
+    a = [True] * 5 + [False] * 15
+    b = [True] * 13 + [False] * 7  # B solves A's 5 and 8 more: 0 vs 8 discordant
+    _write_rows(tmp_path / "a" / "dev", "dev", a)
+    _write_rows(tmp_path / "b" / "dev", "dev", b + [True])  # one question A never saw
+    table = paired_table(load_rows(str(tmp_path / "a")), load_rows(str(tmp_path / "b")))
+    assert "dev: paired, on the 20 questions both scored" in table
+    line = next(x for x in table.splitlines() if x.startswith("pipeline EX"))
+    # 25% -> 65%, +40 points, McNemar on 0 vs 8: 2 x 0.5^8
+    assert re.search(
+        r"25\.0%\s+65\.0%\s+\+40\.0\s+\[\+\d+\.\d, \+\d+\.\d\]\s+0\s+8\s+0\.0078", line
+    )
+    low, high = (float(v) for v in re.search(r"\[(\S+), (\S+)\]", line).groups())
+    assert 15 < low < 40 < high < 65
+    generator = next(x for x in table.splitlines() if x.startswith("generator EX"))
+    assert re.search(r"\+0\.0\s+\[\+0\.0, \+0\.0\]\s+0\s+0\s+1\b", generator)
+    recall = next(x for x in table.splitlines() if x.startswith("retriever recall"))
+    assert recall.rstrip().endswith("-")  # not right/wrong: no McNemar
+    assert "covers gold" not in table  # no values on either side
+
+
+def test_compare_cli_prints_the_paired_section(tmp_path):
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+
+    _write_rows(tmp_path / "a", "dev", [False] * 10)
+    _write_rows(tmp_path / "b", "dev", [True] * 10)
+    result = CliRunner().invoke(
+        cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
+    )
+    assert result.exit_code == 0, result.output
+    assert re.search(r"pipeline EX\s+0\.0%\s+100\.0%\s+\+100\.0.*0\s+10\s+0\.00195", result.output)
+    (tmp_path / "b" / "rows.jsonl").unlink()
+    result = CliRunner().invoke(
+        cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
+    )
+    assert "no per-question rows on both sides" in result.output

@@ -4,6 +4,11 @@ An evaluation is a result folder (a `metrics.json`, or sub-folders each holding 
 `evaluate` stage writes per split) or an MLflow run id of an `evaluate` stage run (its metrics
 are logged as `split/metric` and `split/level/metric`). Both become
 `{split: {"metric" or "level/metric": value}}`, and the table lines them up.
+
+Where both sides have their per-question rows (`rows.jsonl` beside `metrics.json`, or the
+run's `rows.jsonl` artifact), `paired_table` adds what the aggregate table cannot say: on
+the questions both scored, B - A with a 95% bootstrap interval and the exact McNemar p-value
+(`acesql.eval.paired`).
 """
 
 from __future__ import annotations
@@ -14,9 +19,19 @@ from pathlib import Path
 
 from acesql.errors import DataError
 from acesql.eval.metrics import COUNTS, SCORE_LABELS, level_key
+from acesql.eval.paired import paired_difference
 
 LEVEL_ROWS = ("usable", "pipeline_ex", "maj_ex", "generator_ex")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+# row field -> label, of the per-question scores compared pair by pair
+PAIRED_SCORES = (
+    ("pipeline_match", "pipeline EX"),
+    ("maj_match", "maj@k EX"),
+    ("generator_match", "generator EX"),
+    ("recall", "retriever recall"),
+    ("covers_gold", "retriever covers gold"),
+    ("retriever_fallback", "retriever vote empty"),
+)
 
 
 def load_evaluation(ref: str, tracking_uri: str | None = None) -> dict[str, dict[str, float]]:
@@ -113,3 +128,98 @@ def _line(label: str, x, y, share: bool) -> str:
 
 def _number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def load_rows(ref: str, tracking_uri: str | None = None) -> dict[str, list[dict]]:
+    """`{split: rows}` of an evaluation, where its per-question rows are kept; else {}."""
+    path = Path(ref)
+    if path.exists():
+        files = [path] if path.is_file() else [path / "metrics.json"]
+        if not files[0].is_file():
+            files = sorted(path.glob("*/metrics.json"))
+        out = {}
+        for file in files:
+            rows_file = file.parent / "rows.jsonl"
+            if rows_file.is_file():
+                split = json.loads(file.read_text()).get("split") or file.parent.name
+                out[split] = _read_rows(rows_file)
+        return out
+    if RUN_ID.match(ref):
+        return _rows_from_run(ref, tracking_uri)
+    raise DataError(f"{ref!r} is neither a result folder nor an MLflow run id")
+
+
+def paired_table(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> str:
+    """Per split, B - A on the questions both scored: interval, discordant counts, p-value."""
+    lines = []
+    for split in sorted(set(a) & set(b)):
+        left, right = _by_question(a[split]), _by_question(b[split])
+        common = sorted(set(left) & set(right), key=str)
+        lines += [
+            "",
+            f"{split}: paired, on the {len(common)} questions both scored",
+            f"{'':<24}{'A':>8}{'B':>8}{'B - A':>8}{'95% interval':>18}"
+            f"{'A only':>8}{'B only':>8}{'McNemar p':>11}",
+        ]
+        for key, label in PAIRED_SCORES:
+            pairs = [
+                (left[q][key], right[q][key])
+                for q in common
+                if left[q].get(key) is not None and right[q].get(key) is not None
+            ]
+            if not pairs:
+                continue
+            r = paired_difference([float(x) for x, _ in pairs], [float(y) for _, y in pairs])
+            interval = f"[{100 * r.low:+.1f}, {100 * r.high:+.1f}]"
+            counts = (
+                f"{r.only_a:>8}{r.only_b:>8}{r.p_value:>11.3g}"
+                if r.p_value is not None
+                else f"{'-':>8}{'-':>8}{'-':>11}"
+            )
+            lines.append(
+                f"{label:<24}{100 * r.mean_a:>7.1f}%{100 * r.mean_b:>7.1f}%"
+                f"{100 * r.diff:>+8.1f}{interval:>18}{counts}"
+                + (f"  (n={r.n})" if r.n != len(common) else "")
+            )
+    return "\n".join(lines)
+
+
+def _by_question(rows: list[dict]) -> dict[tuple, dict]:
+    """Usable rows keyed by the question's database and position in its split."""
+    return {
+        (row.get("db_id"), row.get("index")): row
+        for row in rows
+        if row.get("usable", True) and row.get("category") != "unusable"
+    }
+
+
+def _read_rows(path: Path) -> list[dict]:
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{number} is not JSON: {exc.msg}") from exc
+    return rows
+
+
+def _rows_from_run(run_id: str, tracking_uri: str | None) -> dict[str, list[dict]]:
+    import tempfile
+
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient(tracking_uri)
+    try:
+        names = {f.path for f in client.list_artifacts(run_id)}
+        if "rows.jsonl" not in names or "metrics.json" not in names:
+            return {}
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = Path(client.download_artifacts(run_id, "rows.jsonl", tmp))
+            metrics = Path(client.download_artifacts(run_id, "metrics.json", tmp))
+            split = json.loads(metrics.read_text()).get("split", "split")
+            return {split: _read_rows(rows)}
+    except MlflowException as exc:
+        raise DataError(f"cannot read the rows of MLflow run {run_id}: {exc.message}") from exc
