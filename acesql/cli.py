@@ -260,9 +260,9 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
 @click.option("--max-new-tokens", default=256, show_default=True)
 @click.option(
     "--bf16/--no-bf16",
-    default=True,
-    show_default=True,
-    help="transformers engine: bf16 matrix products on fp32 weights.",
+    default=None,
+    help="transformers engine: bf16 matrix products on fp32 weights [where the hardware "
+    "computes bf16 natively].",
 )
 @click.option("--seed", default=0, show_default=True)
 @click.option(
@@ -346,6 +346,7 @@ def evaluate_model(
     examples = load_dataset(dataset, fmt, split).examples
     examples = filter_examples(examples, max_examples=limit, seed=seed)
     prompts = PromptBuilder(load_tokenizer(model), reasoning, sample_values)
+    bf16 = "auto" if bf16 is None else bf16
     options = {"bf16_autocast": bf16} if engine == "transformers" else {}
     settings = dict(
         mode=mode or DEFAULT_MODE[fmt],

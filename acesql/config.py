@@ -211,8 +211,10 @@ class GenerationSection(Section):
     max_new_tokens: int = Field(256, ge=1, description="Longest completion, in tokens.")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature (0: greedy).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    bf16_autocast: bool = Field(
-        True, description="transformers engine: bf16 matrix products on fp32 weights (faster)."
+    bf16_autocast: bool | Literal["auto"] = Field(
+        "auto",
+        description="transformers engine: bf16 matrix products on fp32 weights; auto: where "
+        "the hardware computes bf16 natively (GPUs, AVX512-BF16/AMX CPUs), else fp32.",
     )
 
 
@@ -249,8 +251,19 @@ class SftSection(Section):
     batch_size: int = Field(4, ge=1, description="Sequences per micro-batch.")
     grad_accum: int = Field(2, ge=1, description="Micro-batches per optimizer step.")
     max_length: int = Field(2048, ge=64, description="Longer sequences are dropped.")
-    bf16_autocast: bool = Field(True, description="fp32 weights, bf16 compute (CPU and GPU).")
+    bf16_autocast: bool | Literal["auto"] = Field(
+        "auto",
+        description="fp32 weights, bf16 compute; auto: where the hardware computes bf16 "
+        "natively (GPUs, AVX512-BF16/AMX CPUs; elsewhere it is several times slower).",
+    )
     gradient_checkpointing: bool = Field(False, description="Trade compute for memory.")
+    train_layers: int | None = Field(
+        None,
+        ge=1,
+        description="Train only the last N decoder blocks and the final norm (embeddings and "
+        "output head frozen); null: every parameter (the paper). On 2 CPU cores, 8 of "
+        "Qwen2.5-Coder-0.5B's 24 blocks make a step 2.3x faster.",
+    )
     checkpoint_every: int = Field(25, ge=1, description="Optimizer steps between checkpoints.")
     log_every: int = Field(1, ge=1, description="Optimizer steps between logged losses.")
 
@@ -327,8 +340,16 @@ class GrpoSection(Section):
         description="Leave out of the update groups whose rewards are all equal (advantage 0; "
         "they only add the small KL term): saves CPU time; the paper keeps them.",
     )
-    bf16_autocast: bool = Field(True, description="fp32 weights, bf16 compute.")
+    bf16_autocast: bool | Literal["auto"] = Field(
+        "auto", description="fp32 weights, bf16 compute; auto: where the hardware has bf16."
+    )
     gradient_checkpointing: bool = Field(False, description="Trade compute for memory.")
+    train_layers: int | None = Field(
+        None,
+        ge=1,
+        description="Train only the last N decoder blocks and the final norm; null: every "
+        "parameter (the paper). A CPU saving, as in sft.train_layers.",
+    )
     eval_every: int = Field(40, ge=1, description="Steps between validations.")
     eval_split: str = Field("dev", description="Prepared split validated on.")
     eval_questions: int = Field(100, ge=1, description="Size of the fixed validation slice.")

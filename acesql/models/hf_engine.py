@@ -35,6 +35,7 @@ from transformers import (
 from acesql.errors import ConfigError
 from acesql.models.engine import Completion, Engine
 from acesql.models.logits import cache_of
+from acesql.models.precision import bf16_autocast_enabled
 
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16}
 DEVICES = ("auto", "cpu", "cuda")
@@ -53,7 +54,7 @@ class HFEngine(Engine):
         batch_size: int = 8,
         progress: bool = True,
         share_prefix: bool = True,
-        bf16_autocast: bool = False,
+        bf16_autocast: bool | str = False,
     ):
         """Load the model and tokenizer at `model_dir`, or use `model` / `tokenizer` as given.
 
@@ -62,7 +63,8 @@ class HFEngine(Engine):
         `progress` shows a bar when a call needs more than one batch. `share_prefix` prefills
         a prompt sampled n times once (a chunk then holds max(batch_size, n) rows);
         `bf16_autocast` runs fp32 weights with bf16 matrix products (CPUs with AVX512-BF16 or
-        AMX, and GPUs, go about twice as fast; log-probs move by about 1e-2).
+        AMX, and GPUs, go about twice as fast; log-probs move by about 1e-2; other CPUs go
+        several times slower); "auto" asks the hardware (`acesql.models.precision`).
         """
         if device not in DEVICES:
             raise ConfigError(f"unknown device {device!r}; choose one of {list(DEVICES)}")
@@ -86,8 +88,8 @@ class HFEngine(Engine):
         self.batch_size = batch_size
         self.progress = progress
         self.share_prefix = share_prefix
-        self.bf16_autocast = bf16_autocast
         self.device = next(model.parameters()).device
+        self.bf16_autocast = bf16_autocast_enabled(bf16_autocast, self.device)
         self.eos_ids = _eos_ids(model, tokenizer)
 
     def generate(

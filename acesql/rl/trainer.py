@@ -44,6 +44,7 @@ from tqdm import tqdm
 
 from acesql.data.loaders import Example
 from acesql.errors import SqlParseError
+from acesql.models.freezing import train_top_layers
 from acesql.models.prompts import PromptBuilder
 from acesql.rl.advantages import group_advantages
 from acesql.rl.pool import EmpiricalPool
@@ -156,8 +157,9 @@ class GrpoTrainer:
             self.steps = self.steps[: cfg.max_steps]
         self.total_steps = len(self.steps)
         self.horizon = cfg.schedule_fraction * self.total_steps if cfg.schedule else 0.0
+        trainable = train_top_layers(self.model, cfg.train_layers)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
+            trainable, lr=cfg.learning_rate, weight_decay=cfg.weight_decay
         )
         warmup = int(cfg.warmup_ratio * self.total_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(

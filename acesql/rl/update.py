@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from acesql.models.logits import shared_prompt_logprobs, token_logprobs
+from acesql.models.precision import bf16_autocast_enabled
 from acesql.rl.loss import grpo_loss
 from acesql.rl.pcgrad import pcgrad_
 
@@ -49,7 +50,7 @@ class DualRoleUpdate:
         granularity: str = "tensor",
         micro_batch_size: int = 8,
         pad_id: int = 0,
-        bf16_autocast: bool = True,
+        bf16_autocast: bool | str = True,
         share_prompts: bool = True,
     ):
         self.model, self.optimizer, self.scheduler, self.ref = (
@@ -64,7 +65,9 @@ class DualRoleUpdate:
         self.share_prompts = share_prompts
         self.device = next(model.parameters()).device
         self.autocast = torch.autocast(
-            self.device.type, dtype=torch.bfloat16, enabled=bf16_autocast
+            self.device.type,
+            dtype=torch.bfloat16,
+            enabled=bf16_autocast_enabled(bf16_autocast, self.device),
         )
         self.params = [p for p in model.parameters() if p.requires_grad]
         self._ret_grads: list[torch.Tensor | None] = [None] * len(self.params)

@@ -2,7 +2,8 @@
 
     result = train_sft(model_dir, records, out_dir, config, tracker)
 
-- fp32 weights; with `bf16_autocast` the forward runs under bf16 autocast (CPU and GPU).
+- fp32 weights; with `bf16_autocast` the forward runs under bf16 autocast (CPU and GPU;
+  `auto`: where the hardware has bf16, `acesql.models.precision`).
   Pure bf16 AdamW barely moves a small model's loss on CPU: weights stay fp32.
 - Sequences are bucketed by length (less padding), batches shuffled, seeded.
 - Every `checkpoint_every` optimizer steps a checkpoint is written atomically under
@@ -26,7 +27,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from acesql.models.freezing import train_top_layers
 from acesql.models.logits import IGNORE, response_loss
+from acesql.models.precision import bf16_autocast_enabled
 from acesql.tracking import NullTracker, Tracker
 
 KEEP_CHECKPOINTS = 2
@@ -42,8 +45,9 @@ class SftRunConfig:
     batch_size: int = 4
     grad_accum: int = 2
     max_length: int = 2048
-    bf16_autocast: bool = True
+    bf16_autocast: bool | str = "auto"
     gradient_checkpointing: bool = False
+    train_layers: int | None = None
     checkpoint_every: int = 25
     log_every: int = 1
     seed: int = 0
@@ -124,7 +128,9 @@ def train_sft(
     # process can train several times with different settings (accelerate's state is global)
     accelerator = Accelerator(gradient_accumulation_steps=config.grad_accum, cpu=use_cpu)
     autocast = torch.autocast(
-        accelerator.device.type, dtype=torch.bfloat16, enabled=config.bf16_autocast
+        accelerator.device.type,
+        dtype=torch.bfloat16,
+        enabled=bf16_autocast_enabled(config.bf16_autocast, accelerator.device),
     )
     fingerprint = _fingerprint(model_dir, records, config)
     resume = _latest_checkpoint(ckpt_root, fingerprint)
@@ -137,8 +143,9 @@ def train_sft(
     world = accelerator.num_processes
     steps_per_epoch = math.ceil(len(items) / config.batch_size / config.grad_accum / world)
     total_steps = max(1, math.ceil(steps_per_epoch * config.epochs))
+    trainable = train_top_layers(model, config.train_layers)
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+        trainable, lr=config.learning_rate, weight_decay=config.weight_decay
     )
     scheduler = get_scheduler(
         "cosine",
