@@ -1,6 +1,6 @@
 """The pipeline flow: the DVC stages in order, each a Prefect task wrapping `dvc repro <stage>`.
 
-    python -m flows.pipeline [--stages data ...] [--force] [--gpu-deployments]
+    python -m flows.pipeline [--stages data ...] [--force] [--gpu-deployments] [--profile long]
 
 DVC decides what is stale (a stage reruns only when its deps or params changed) and owns the
 cache; Prefect owns ordering, logs, retries and the UI. Without PREFECT_API_URL the flow runs
@@ -11,6 +11,10 @@ With `gpu_deployments` the sft and grpo stages run as flow runs of their GPU dep
 (`acesql-sft/gpu`, `acesql-grpo/gpu` of prefect.yaml, picked up by a worker of the `gpu` pool)
 and the flow waits for each; the others run here. The deployments work in the same project
 folder (a shared disk, or the same machine), so DVC sees their outputs and lock entries.
+
+With `profile`, the values of `profiles/<profile>.yaml` are first set in params.yaml (comments
+kept, the whole file validated before it is replaced): `cpu` is the 30-minute default of a
+2-core machine, `long` a run of about 3 hours there. `dvc params diff` shows what changed.
 
 MLflow: one parent run per pipeline run, the stages' runs its children (flows/tracking.py);
 after the evaluate stage the evaluated model is registered as `registered_model`.
@@ -33,12 +37,17 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
-from prefect import flow, get_run_logger, task
+# Without PREFECT_API_URL a temporary API server starts, migrating a new database on its first
+# start: slower than Prefect's 20-second wait on a busy 2-core machine. Read at import.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.deployments import run_deployment
 from prefect.runtime import flow_run
 from prefect.tasks import exponential_backoff
 
 from acesql.tracking import FLOW_RUN_ENV, PARENT_RUN_ENV
+from flows.params_file import apply_profile
 from flows.tracking import close_pipeline_run, open_pipeline_run, register_model, tag_stage
 
 # the stages of dvc.yaml, in pipeline order
@@ -158,6 +167,7 @@ def pipeline(
     gpu_deployments: bool = False,
     registered_model: str = "acesql",
     log_model_weights: bool = False,
+    profile: str | None = None,
 ) -> None:
     """Reproduce the given DVC stages in pipeline order; stop at the first that fails.
 
@@ -168,6 +178,9 @@ def pipeline(
     unknown = sorted(set(stages) - set(STAGES))
     if unknown:
         raise ValueError(f"unknown stages {unknown}; the pipeline has {list(STAGES)}")
+    if profile:
+        with project_lock():
+            use_profile(profile)
     options = {"stages": list(stages), "force": force, "gpu_deployments": gpu_deployments}
     parent = open_pipeline_run(options)
     status = "FAILED"
@@ -186,6 +199,13 @@ def pipeline(
         status = "FINISHED"
     finally:
         close_pipeline_run(parent, status)
+
+
+@task(task_run_name="use profile {profile}")
+def use_profile(profile: str) -> None:
+    """Set the values of a profile in params.yaml (see the module doc)."""
+    names = apply_profile(profile)
+    get_run_logger().info("profile %s: %d values set in params.yaml", profile, len(names))
 
 
 def gpu_deployment(stage: str) -> str:
@@ -207,6 +227,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--log-model-weights", action="store_true", help="copy the weights to MLflow too"
     )
+    parser.add_argument(
+        "--profile", help="set profiles/PROFILE.yaml's values in params.yaml first (cpu, long)"
+    )
     args = parser.parse_args(argv)
     state = pipeline(
         args.stages,
@@ -214,6 +237,7 @@ def main(argv: list[str] | None = None) -> None:
         args.gpu_deployments,
         args.registered_model,
         args.log_model_weights,
+        args.profile,
         return_state=True,
     )
     sys.exit(0 if state.is_completed() else 1)

@@ -18,10 +18,7 @@ change every stage, so they are edited in params.yaml itself.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import flow, get_run_logger, task
-from ruamel.yaml import YAML
 
 from acesql.config import (
     BaseModelSection,
@@ -32,13 +29,10 @@ from acesql.config import (
     Section,
     SftDataSection,
     SftSection,
-    load_section,
 )
-from acesql.errors import ConfigError
+from flows.params_file import PARAMS, merge_section
 from flows.pipeline import project_lock, repro
 from flows.tracking import tag_stage
-
-PARAMS = Path("params.yaml")
 
 
 @task(task_run_name="write {stage} params")
@@ -47,54 +41,9 @@ def write_params(stage: str, section: Section) -> None:
 
     Raises ConfigError (and leaves the file alone) when the merged section is invalid.
     """
-    yaml = _round_trip_yaml()
-    document = yaml.load(PARAMS.read_text()) or {}
-    if document.get(stage) is None:
-        document[stage] = {}
     overrides = section.model_dump(mode="json", exclude_unset=True)
-    _merge(document[stage], overrides)
-    candidate = PARAMS.with_name(f".{PARAMS.name}.{stage}.tmp")
-    with candidate.open("w") as fh:
-        yaml.dump(document, fh)
-    try:
-        load_section(candidate, stage)
-    except ConfigError:
-        candidate.unlink()
-        raise
-    candidate.replace(PARAMS)
-    get_run_logger().info("%s: %s set in %s", stage, sorted(_keys(overrides)), PARAMS)
-
-
-def _round_trip_yaml() -> YAML:
-    """ruamel's round-trip YAML (comments and key order survive), written as params.yaml is:
-    `null` spelt out, new lists of scalars inline."""
-    yaml = YAML()
-    yaml.width = 4096  # long lines stay whole
-    yaml.default_flow_style = None
-    yaml.representer.add_representer(
-        type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null")
-    )
-    return yaml
-
-
-def _merge(target, overrides: dict) -> None:
-    """Set each leaf of `overrides` in `target`, keeping the mapping nodes (and comments)."""
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            _merge(target[key], value)
-        else:
-            target[key] = value
-
-
-def _keys(tree: dict, prefix: str = "") -> list[str]:
-    """Dotted names of the leaves of `tree`."""
-    names = []
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            names += _keys(value, f"{prefix}{key}.")
-        else:
-            names.append(f"{prefix}{key}")
-    return names
+    names = merge_section(stage, overrides, PARAMS)
+    get_run_logger().info("%s: %s set in %s", stage, names, PARAMS)
 
 
 def reproduce(stage: str, section: Section | None, force: bool, parent_run_id: str | None) -> None:

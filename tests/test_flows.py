@@ -164,7 +164,7 @@ def test_stage_runs_are_children_of_the_pipeline_run_with_dvc_hashes(
         assert parent.data.tags[f"dvc.{stage}.stage_md5"] == stage_md5
     assert runs["data"].data.tags["dvc.stage_md5"] != runs["sft_data"].data.tags["dvc.stage_md5"]
     # the parent holds params.yaml as written and the flow's options
-    assert parent.data.params["sft.learning_rate"] == "0.0001"
+    assert parent.data.params["sft.learning_rate"] == "2e-05"
     assert parent.data.params["flow.stages"] == "['data', 'sft_data']"
     assert parent.info.status == "FINISHED"
 

@@ -3,10 +3,17 @@
 One step, top to bottom (`GrpoTrainer.step`):
 
     questions -> N retriever rollouts -> parse + vote -> pruned schema -> N generator rollouts
-    -> batch execution (gold cached) -> pool update -> rewards -> advantages per role
+    -> batch execution (gold cached) -> targets S*(q) read from the pool -> pool update
+    -> rewards -> advantages per role
     -> two losses -> two backward passes -> PCGrad -> one optimizer step (grad-norm clip)
     -> log -> checkpoint
 
+- As in the authors' code: the retriever's target S*(q) is taken from the pool *before* this
+  step's update, so a retriever sample is never rewarded for a set that only this step's
+  generator samples put there; the vote's cutoff is ceil(threshold x N) over all N samples
+  and an empty vote leaves the generator an empty schema (`acesql.sql.voting`); outputs cut
+  off at the token limit, and with reasoning on generator outputs without `</think>` and a
+  closed ```sql block, earn 0 (`acesql.sql.parsing.format_ok`).
 - Old-policy log-probs are *recomputed*: each rollout gets exactly one optimizer step, so the
   policy that sampled is the policy being differentiated, and old = current, detached (ratio 1
   in value, the clipped surrogate's gradient is the policy gradient). The engine's own
@@ -24,6 +31,7 @@ Where it departs from the paper (each a switch, off by default unless said):
   KL term); the paper keeps them. On in the CPU profile of params.yaml, for time.
 - A question whose pool is empty (none of its rollouts ever matched) has no target: every
   retriever sample earns 0 there, so its group is flat.
+- `train_layers` trains only the top decoder blocks (a CPU saving; the paper trains all).
 - One process, one device: the update is not wired for multi-GPU yet.
 """
 

@@ -1,0 +1,121 @@
+"""Benchmark: rollout generation of the transformers engine, the settings before and after.
+
+What it measures
+    The retriever prompts of `--questions` synthetic questions (the `tiny` profile the CPU
+    default trains on, rendered with the model's chat template), each sampled `--samples`
+    times at temperature 1 (a GRPO rollout's shape), at most `--max-new-tokens` tokens, by
+    `HFEngine` in three settings, in the same process, after a warm-up:
+
+    - before: bf16 autocast on (what the CPU profile used), prompts prefilled once per group;
+    - no-sharing: fp32, each sample prefilling its own copy of the prompt;
+    - after: `bf16_autocast: auto` (fp32 on a CPU without native bf16), prefilled once.
+
+    Tokens/s counts the tokens the completions keep. Ratios are against `before`.
+
+How to run
+    .venv/bin/python bench/rollout_bench.py                      # the tiny random model
+    .venv/bin/python bench/rollout_bench.py --model models/base  # Qwen2.5-Coder-0.5B
+        [--questions 4] [--samples 4] [--max-new-tokens 48] [--seed 0]
+
+    It prints a table, then one JSON line with all the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+SETTINGS = {
+    "before": {"bf16_autocast": True, "share_prefix": True},
+    "no-sharing": {"bf16_autocast": False, "share_prefix": False},
+    "after": {"bf16_autocast": "auto", "share_prefix": True},
+}
+
+
+def retriever_prompts(tokenizer, n: int, scratch: Path) -> list[str]:
+    from acesql.data.loaders import load_dataset
+    from acesql.data.synth.generate import SynthConfig, generate_dataset
+    from acesql.models.prompts import PromptBuilder
+    from acesql.sft.data import SchemaCache
+
+    generate_dataset(scratch / "synth", SynthConfig(n_databases=4, questions_per_db=8, profile="tiny", seed=0))
+    examples = load_dataset(scratch / "synth", "synth", "train").examples[:n]
+    prompts, schemas = PromptBuilder(tokenizer), SchemaCache(0)
+    return [prompts.retriever(schemas(e), e.question) for e in examples]
+
+
+def timed(engine, prompts, samples, max_new_tokens, seed) -> dict:
+    start = time.perf_counter()
+    groups = engine.generate(
+        prompts, n=samples, temperature=1.0, max_new_tokens=max_new_tokens, seed=seed
+    )
+    seconds = time.perf_counter() - start
+    tokens = sum(len(c.token_ids) for group in groups for c in group)
+    return {"tokens": tokens, "seconds": round(seconds, 2), "tokens_per_s": tokens / seconds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="HFEngine rollout tokens/s, before vs after.")
+    parser.add_argument("--model", default=None, help="HF model folder (default: tiny model)")
+    parser.add_argument("--questions", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from acesql.models.base_model import load_model, load_tokenizer
+    from acesql.models.hf_engine import HFEngine
+    from acesql.models.precision import bf16_autocast_enabled
+
+    with tempfile.TemporaryDirectory() as scratch:
+        model_dir = args.model
+        if model_dir is None:
+            from acesql.models.tiny import build_tiny_model
+
+            model_dir = build_tiny_model(Path(scratch) / "tiny")
+        tokenizer, model = load_tokenizer(model_dir), load_model(model_dir)
+        prompts = retriever_prompts(tokenizer, args.questions, Path(scratch))
+        prompt_tokens = sum(len(tokenizer(p).input_ids) for p in prompts) / len(prompts)
+        results = {}
+        for name, options in SETTINGS.items():
+            engine = HFEngine(
+                model=model, tokenizer=tokenizer, batch_size=8, progress=False, **options
+            )
+            engine.generate(prompts[:1], n=2, max_new_tokens=2, seed=args.seed)  # warm-up
+            results[name] = timed(engine, prompts, args.samples, args.max_new_tokens, args.seed)
+    base = results["before"]["tokens_per_s"]
+    print(
+        f"model {args.model or 'tiny'}: {args.questions} prompts of {prompt_tokens:.0f} tokens "
+        f"x {args.samples} samples, <= {args.max_new_tokens} new tokens, "
+        f"{torch.get_num_threads()} threads, native bf16: {bf16_autocast_enabled('auto', 'cpu')}"
+    )
+    print(f"{'setting':>11} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'vs before':>10}")
+    for name, row in results.items():
+        print(
+            f"{name:>11} {row['tokens']:>7} {row['seconds']:>8.2f} "
+            f"{row['tokens_per_s']:>9.2f} {row['tokens_per_s'] / base:>9.2f}x"
+        )
+    print(
+        json.dumps(
+            {
+                "model": args.model or "tiny",
+                "prompt_tokens": round(prompt_tokens, 1),
+                "samples": args.samples,
+                **{
+                    k: {**v, "tokens_per_s": round(v["tokens_per_s"], 2)}
+                    for k, v in results.items()
+                },
+                "after_vs_before": round(results["after"]["tokens_per_s"] / base, 2),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
