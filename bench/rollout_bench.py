@@ -41,7 +41,9 @@ def retriever_prompts(tokenizer, n: int, scratch: Path) -> list[str]:
     from acesql.models.prompts import PromptBuilder
     from acesql.sft.data import SchemaCache
 
-    generate_dataset(scratch / "synth", SynthConfig(n_databases=4, questions_per_db=8, profile="tiny", seed=0))
+    generate_dataset(
+        scratch / "synth", SynthConfig(n_databases=4, questions_per_db=8, profile="tiny", seed=0)
+    )
     examples = load_dataset(scratch / "synth", "synth", "train").examples[:n]
     prompts, schemas = PromptBuilder(tokenizer), SchemaCache(0)
     return [prompts.retriever(schemas(e), e.question) for e in examples]
