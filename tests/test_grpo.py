@@ -416,3 +416,57 @@ def test_shared_prompt_update_equals_the_full_one(tiny_model_dir):
         assert s1[key] == pytest.approx(s2[key], rel=1e-4, abs=1e-6), key
     for a, b in zip(p1, p2):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+class GateEngine:
+    """Right answers in both roles, in a form the test picks."""
+
+    def __init__(self, examples, generator_text, reason="stop"):
+        self.examples, self.generator_text, self.reason = examples, generator_text, reason
+
+    def generate(self, prompts, n=1, **kw):
+        out = []
+        for p in prompts:
+            ex = next(e for e in self.examples if e.question in p)
+            if "schema linking" in p:
+                text = "```\n[" + ", ".join(ex.gold_columns) + "]\n```"
+            else:
+                text = self.generator_text.format(sql=ex.sql)
+            out.append([Completion(text, [1, 2], [-1.0, -1.0], self.reason) for _ in range(n)])
+        return out
+
+
+@pytest.mark.parametrize(
+    ("reasoning", "text", "reason", "rewarded"),
+    [
+        (False, "```sql\n{sql}\n```", "stop", True),
+        (False, "```sql\n{sql}\n```", "length", False),  # cut off: both roles earn nothing
+        (True, "```sql\n{sql}\n```", "stop", False),  # reasoning on: no </think>
+        (True, "<think>joins</think>\n```sql\n{sql}\n```", "stop", True),
+        (True, "<think>joins</think>\n```sql\n{sql}", "stop", False),  # the block never closes
+    ],
+)
+def test_format_gate_in_rollouts(tiny_model_dir, examples, reasoning, text, reason, rewarded):
+    from acesql.models.base_model import load_tokenizer
+    from acesql.models.prompts import PromptBuilder
+    from acesql.rl.rollout import rollout
+    from acesql.sft.data import SchemaCache
+    from acesql.sql.executor import BatchExecutor
+
+    prompts = PromptBuilder(load_tokenizer(tiny_model_dir), reasoning=reasoning)
+    with BatchExecutor(workers=0) as executor:
+        [r] = rollout(
+            examples[:1],
+            GateEngine(examples, text, reason),
+            prompts,
+            SchemaCache(0),
+            executor,
+            n_retriever=2,
+            n_generator=2,
+        )
+    assert r.matched == [rewarded, rewarded]
+    assert (r.matched_sets != []) == rewarded
+    if reason == "length":
+        assert r.retrieved == [None, None] and r.fell_back
+    else:
+        assert r.retrieved == [frozenset(examples[0].gold_columns)] * 2

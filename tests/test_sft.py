@@ -154,3 +154,65 @@ def test_time_budget_stops_cleanly(tiny_model_dir, examples, prompts, tmp_path):
     summary = train_sft(tiny_model_dir, records, tmp_path / "sft", config, device="cpu")
     assert summary["stop_reason"] == "time_budget" and summary["steps"] < summary["planned_steps"]
     assert json.loads((tmp_path / "sft" / "sft_summary.json").read_text())["steps"] >= 1
+
+
+class EmptyListEngine(ScriptedEngine):
+    """The retriever answers an empty list; the generator the gold SQL, cut off if asked."""
+
+    def __init__(self, examples, prompts, cut_off=False):
+        super().__init__(examples, prompts)
+        self.cut_off = cut_off
+
+    def generate(self, prompts, n=1, **kw):
+        from acesql.models.engine import Completion
+
+        out = []
+        for p in prompts:
+            ex = next(e for q, e in self.by_question.items() if q in p)
+            text = "```\n[]\n```" if "schema linking" in p else f"```sql\n{ex.sql}\n```"
+            reason = "length" if self.cut_off and "schema linking" not in p else "stop"
+            out.append([Completion(text, [1, 2], [-0.1, -0.2], reason) for _ in range(n)])
+        return out
+
+
+def _distil(examples, prompts, engine):
+    with BatchExecutor(workers=0) as executor:
+        return build_self_distilled(
+            examples,
+            prompts,
+            SchemaCache(0),
+            engine,
+            executor,
+            retriever_samples=2,
+            generator_samples=2,
+            vote_threshold=0.5,
+            temperature=1.0,
+            top_p=1.0,
+            max_new_tokens=64,
+            max_prompt_tokens=100_000,
+            balance=False,
+            seed=0,
+        )
+
+
+def test_sql_with_unresolved_columns_supports_no_retriever_sample(examples, prompts, monkeypatch):
+    from acesql.errors import SqlParseError
+    from acesql.sft import data
+
+    def unresolved(sql, schema):
+        raise SqlParseError("cannot resolve")
+
+    monkeypatch.setattr(data, "extract_columns", unresolved)
+    # the vote is empty, so the generator sees an empty schema; its gold SQL still executes
+    records, stats = _distil(examples, prompts, EmptyListEngine(examples, prompts))
+    d = stats.to_dict()
+    assert d["dropped"]["generator"]["columns_unresolved"] == 2 * len(examples)
+    # an empty list once "supported" every such SQL (frozenset() <= anything); now none
+    assert d["dropped"]["retriever"]["supports_no_matched_sql"] == 2 * len(examples)
+    assert [r for r in records if r["role"] == "retriever"] == []
+
+
+def test_outputs_cut_off_at_the_token_limit_are_never_targets(examples, prompts):
+    records, stats = _distil(examples, prompts, EmptyListEngine(examples, prompts, cut_off=True))
+    assert stats.to_dict()["dropped"]["generator"]["malformed"] == 2 * len(examples)
+    assert [r for r in records if r["role"] == "generator"] == []
