@@ -72,23 +72,7 @@ class ScriptedEngine:
 
 def test_self_distillation_keeps_supported_samples(examples, prompts):
     engine = ScriptedEngine(examples, prompts)
-    with BatchExecutor(workers=0) as executor:
-        records, stats = build_self_distilled(
-            examples,
-            prompts,
-            SchemaCache(0),
-            engine,
-            executor,
-            retriever_samples=4,
-            generator_samples=3,
-            vote_threshold=0.5,
-            temperature=1.0,
-            top_p=1.0,
-            max_new_tokens=64,
-            max_prompt_tokens=100_000,
-            balance=True,
-            seed=0,
-        )
+    records, stats = _distil(examples, prompts, engine, samples=(4, 3), balance=True)
     d = stats.to_dict()
     assert d["n_retriever"] == d["n_generator"] == len(examples)  # one distinct good sample each
     assert d["dropped"]["retriever"]["unparseable"] == 2 * len(examples)
@@ -175,7 +159,8 @@ class EmptyListEngine(ScriptedEngine):
         return out
 
 
-def _distil(examples, prompts, engine):
+def _distil(examples, prompts, engine, samples=(2, 2), balance=False):
+    """Self-distilled records from `engine`, with (retriever, generator) samples per question."""
     with BatchExecutor(workers=0) as executor:
         return build_self_distilled(
             examples,
@@ -183,14 +168,14 @@ def _distil(examples, prompts, engine):
             SchemaCache(0),
             engine,
             executor,
-            retriever_samples=2,
-            generator_samples=2,
+            retriever_samples=samples[0],
+            generator_samples=samples[1],
             vote_threshold=0.5,
             temperature=1.0,
             top_p=1.0,
             max_new_tokens=64,
             max_prompt_tokens=100_000,
-            balance=False,
+            balance=balance,
             seed=0,
         )
 
