@@ -542,3 +542,23 @@ def test_compare_cli_prints_the_paired_section(tmp_path):
         cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
     )
     assert "no per-question rows on both sides" in result.output
+
+
+def test_paired_rows_come_from_mlflow_runs_too(tmp_path):
+    from mlflow import MlflowClient
+
+    from acesql.eval.compare import load_rows, paired_table
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("e", artifact_location=str(tmp_path / "artifacts"))
+    run = client.create_run(experiment).info.run_id
+    _write_rows(tmp_path / "logged", "dev", [False] * 6)
+    for name in ("metrics.json", "rows.jsonl"):
+        client.log_artifact(run, str(tmp_path / "logged" / name))
+    _write_rows(tmp_path / "b", "dev", [True] * 6)
+    rows = load_rows(run, uri)
+    assert list(rows) == ["dev"] and len(rows["dev"]) == 7
+    assert re.search(r"0\s+6\s+0\.031", paired_table(rows, load_rows(str(tmp_path / "b"))))
+    bare = client.create_run(experiment).info.run_id  # a run without rows: nothing to pair
+    assert load_rows(bare, uri) == {}
