@@ -146,6 +146,23 @@ def test_without_gpu_deployments_every_stage_is_reproduced_here(
     assert deployments.calls == []
 
 
+def test_a_profile_is_set_in_params_yaml_before_the_stages_run(
+    project, prefect_harness, repro_calls
+):
+    profile = project / "quick.yaml"
+    profile.write_text("sft:\n  time_budget_minutes: 1.5\nevaluate:\n  limit: 3\n")
+    state = flows.pipeline.pipeline(["sft"], profile=str(profile), return_state=True)
+    assert state.is_completed()
+    assert load_section("params.yaml", "sft").time_budget_minutes == 1.5
+    assert load_section("params.yaml", "evaluate").limit == 3
+    assert [stage for stage, _, _ in repro_calls] == ["sft"]
+    profile.write_text("sft:\n  time_budget_minutes: -1\n")
+    assert not flows.pipeline.pipeline(
+        ["sft"], profile=str(profile), return_state=True
+    ).is_completed()
+    assert [stage for stage, _, _ in repro_calls] == ["sft"]  # refused before any stage ran
+
+
 def test_stage_runs_are_children_of_the_pipeline_run_with_dvc_hashes(
     project, prefect_harness, repro_calls
 ):
