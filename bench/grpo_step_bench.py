@@ -1,7 +1,7 @@
 """Benchmark: one ACE-SQL dual-role GRPO step against TRL's GRPOTrainer, side by side.
 
 What it measures
-    The same model (SmolLM2-135M from models/base, or --model), the same 2 training
+    The same model (models/base, or --model), the same 2 training
     questions and their chat-formatted retriever prompts, 8 completions per prompt, 64 new
     tokens at most, temperature 1.0, beta 0.001, one optimizer step per rollout:
 

