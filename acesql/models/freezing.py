@@ -22,7 +22,7 @@ def train_top_layers(model, n_layers: int | None) -> list:
     """
     if n_layers is None:
         model.requires_grad_(True)
-        return [p for p in model.parameters()]
+        return list(model.parameters())
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     layers = getattr(decoder, "layers", None)
     if layers is None:

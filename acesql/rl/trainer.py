@@ -281,7 +281,8 @@ class GrpoTrainer:
         # the retriever is scored against the pool as it stood before this rollout (the
         # authors' order): a step never rewards a set its own generator samples just added
         targets = {r.key: self._targets(r) for r in rollouts}
-        support = {r.key: self._support(r) for r in rollouts}
+        dense = self.cfg.retriever_reward == "dense"
+        support = {r.key: self._support(r) for r in rollouts} if dense else {}
         pool_info = self._update_pool(rollouts, targets)
         rewards = self._rewards(rollouts, targets, support)
         seqs, adv_stats = self._sequences(rollouts, rewards)
