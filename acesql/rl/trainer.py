@@ -25,6 +25,11 @@ One step, top to bottom (`GrpoTrainer.step`):
   gradient copy, where the authors' code clones both.
 - Metrics are buffered and sent to the tracker when a checkpoint is written: a run killed
   between checkpoints and resumed redoes those steps and logs each step exactly once.
+- Checkpoints (`acesql.checkpoint`) go under `out_dir/checkpoints/step-NNNNNN/` (model,
+  optimizer, scheduler, RNG states, pool, then `state.json`), atomically; the last two are
+  kept, and a run resumes only from a checkpoint with its own fingerprint (`run_fingerprint`).
+- With `time_budget_minutes` the progress bar shows the budget's time left, not the ETA of
+  steps that will not run.
 
 Where it departs from the paper (each a switch, off by default unless said):
 - `skip_flat_groups` leaves groups with equal rewards out of the update (they carry only the
@@ -37,23 +42,22 @@ Where it departs from the paper (each a switch, off by default unless said):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
+from acesql.checkpoint import Checkpoint, Checkpoints, fingerprint
 from acesql.data.loaders import Example
 from acesql.errors import SqlParseError
 from acesql.models.freezing import train_top_layers
 from acesql.models.prompts import PromptBuilder
+from acesql.progress import StepBar
 from acesql.rl.advantages import group_advantages
 from acesql.rl.pool import EmpiricalPool
 from acesql.rl.rewards import (
@@ -68,7 +72,9 @@ from acesql.rl.update import DualRoleUpdate, Sequence
 from acesql.sft.data import SchemaCache, gold_columns
 from acesql.tracking import NullTracker, Tracker
 
-KEEP_CHECKPOINTS = 2
+# settings that only pace or log a run: changing them still resumes its checkpoints
+PACED = ("time_budget_minutes", "checkpoint_every", "eval_every", "pool_snapshot_every")
+STATE_FILE = "state.json"
 
 
 @dataclass
@@ -143,7 +149,7 @@ class GrpoTrainer:
         self.examples = examples
         self.pool = pool
         self.out_dir = Path(out_dir)
-        self.ckpt_root = self.out_dir / "checkpoints"
+        self.checkpoints = Checkpoints(self.out_dir / "checkpoints", state_file=STATE_FILE)
         self.tracker = tracker or NullTracker()
         self.eval_examples = eval_examples or []
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -220,12 +226,13 @@ class GrpoTrainer:
         budget = self.cfg.time_budget_minutes * 60 if self.cfg.time_budget_minutes else math.inf
         started = time.monotonic() - self.state.elapsed_s
         stop_reason = "steps"
-        bar = tqdm(
+        bar = StepBar(
             total=self.total_steps,
             initial=self.state.step,
             desc="grpo",
             unit="step",
             disable=not self.progress,
+            budget_s=budget - self.state.elapsed_s if budget < math.inf else None,
         )
         try:
             while self.state.step < self.total_steps:
@@ -441,35 +448,29 @@ class GrpoTrainer:
 
     def save_checkpoint(self) -> Path:
         """Model, optimizer, scheduler, pool, RNG states, step and history; atomically."""
-        final = self.ckpt_root / f"step-{self.state.step:06d}"
-        tmp = self.ckpt_root / f".tmp-{final.name}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.model.save_pretrained(tmp / "model", safe_serialization=True)
-        torch.save(
-            {
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "rng": {
-                    "torch": torch.get_rng_state(),
-                    "python": random.getstate(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+
+        def write(tmp: Path) -> None:
+            self.model.save_pretrained(tmp / "model", safe_serialization=True)
+            rng = {
+                "torch": torch.get_rng_state(),
+                "python": random.getstate(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            }
+            torch.save(
+                {
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "rng": rng,
                 },
-            },
-            tmp / "trainer.pt",
-        )
-        self.pool.save(tmp / "pool.json")
-        self._flush_metrics()
-        state = dict(self.state.__dict__)
-        (tmp / "state.json").write_text(json.dumps(state))  # written last: marks it complete
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        for old in sorted(self.ckpt_root.glob("step-*"))[:-KEEP_CHECKPOINTS]:
-            shutil.rmtree(old, ignore_errors=True)
-        return final
+                tmp / "trainer.pt",
+            )
+            self.pool.save(tmp / "pool.json")
+            self._flush_metrics()
+
+        return self.checkpoints.save(self.state.step, dict(self.state.__dict__), write)
 
     def _resume(self) -> int:
-        found = latest_checkpoint(self.ckpt_root, self.state.fingerprint)
+        found = self.checkpoints.latest(self.state.fingerprint)
         if not found:
             return 0
         path, state = found
@@ -554,23 +555,13 @@ class GrpoTrainer:
 
 
 def run_fingerprint(model_dir, seed: int, cfg, examples: list[Example], pool: EmpiricalPool) -> str:
-    """What makes two runs the same run; settings that only pace or log it are left out."""
-    paced = {"time_budget_minutes", "checkpoint_every", "eval_every", "pool_snapshot_every"}
-    settings = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in paced}
-    digest = hashlib.sha256(json.dumps([str(model_dir), seed, settings], sort_keys=True).encode())
-    for ex in examples:
-        digest.update(f"{ex.db_id}\0{ex.question}\0{ex.sql}".encode())
-    digest.update(json.dumps(pool.to_dict(), sort_keys=True).encode())
-    return digest.hexdigest()[:16]
+    """What makes two runs the same run: model, seed, settings but `PACED`, questions, pool."""
+    data = [f"{ex.db_id}\0{ex.question}\0{ex.sql}" for ex in examples]
+    data.append(json.dumps(pool.to_dict(), sort_keys=True))
+    settings = cfg.model_dump(mode="json")
+    return fingerprint([str(model_dir), seed], settings, paced=PACED, data=data)
 
 
-def latest_checkpoint(root: Path, fingerprint: str | None = None) -> tuple[Path, dict] | None:
-    """The newest complete checkpoint (of this very run when `fingerprint` is given)."""
-    for path in sorted(Path(root).glob("step-*"), reverse=True):
-        state_file = path / "state.json"
-        if not state_file.is_file():
-            continue
-        state = json.loads(state_file.read_text())
-        if fingerprint is None or state.get("fingerprint") == fingerprint:
-            return path, state
-    return None
+def latest_checkpoint(root: Path, fingerprint: str | None = None) -> Checkpoint | None:
+    """The newest complete GRPO checkpoint under `root` (of this very run given `fingerprint`)."""
+    return Checkpoints(root, state_file=STATE_FILE).latest(fingerprint)

@@ -48,7 +48,7 @@ def _resume_run(s: dict) -> str | None:
         return None
     fp = run_fingerprint(model_dir, s["base"].seed, s["grpo"], examples, pool)
     found = latest_checkpoint(s["base"].models_dir / "grpo" / "checkpoints", fp)
-    return found[1].get("tracker_run_id") if found else None
+    return found.state.get("tracker_run_id") if found else None
 
 
 def _no_questions(model_dir, out_dir, metrics_path) -> dict:
