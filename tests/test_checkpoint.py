@@ -138,6 +138,23 @@ def test_fingerprint_digest():
     assert "77780677c89373df" not in changed and len(set(changed)) == 4
 
 
+def test_sft_fingerprint_is_the_one_written_before_the_shared_module():
+    """Digests match those of the trainers' own code before `acesql.checkpoint`: a run's
+    checkpoints written then still resume."""
+    from acesql.config import SftSection
+    from acesql.sft.trainer import _fingerprint
+
+    records = [
+        {"prompt": "p1", "response": "r1", "role": "retriever"},
+        {"prompt": "p2", "response": "SELECT 1", "role": "generator"},
+    ]
+    assert _fingerprint("models/base", records, SftSection(), 7) == "51d7bed92b39cb3f"
+    paced = SftSection(time_budget_minutes=None, checkpoint_every=3, log_every=5)
+    assert _fingerprint("models/base", records, paced, 7) == "51d7bed92b39cb3f"
+    assert _fingerprint("models/base", records, SftSection(), 8) != "51d7bed92b39cb3f"
+    assert _fingerprint("models/base", records, SftSection(epochs=2), 7) != "51d7bed92b39cb3f"
+
+
 def test_grpo_fingerprint_is_the_one_written_before_the_shared_module():
     from acesql.config import GrpoSection
     from acesql.data.loaders import Example

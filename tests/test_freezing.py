@@ -5,12 +5,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from acesql.config import SftSection
 from acesql.errors import ConfigError
 from acesql.models.base_model import load_model
 from acesql.models.freezing import train_top_layers
 from acesql.models.precision import bf16_autocast_enabled
 from acesql.sft.data import SchemaCache, build_gold
-from acesql.sft.trainer import SftRunConfig, train_sft
+from acesql.sft.trainer import train_sft
 
 
 def _top(model, n):
@@ -47,8 +48,14 @@ def test_sft_with_the_top_block_moves_nothing_below_it(tiny_model_dir, synth_dir
     examples = load_dataset(synth_dir, "synth", "train").examples[:8]
     prompts = PromptBuilder(load_tokenizer(tiny_model_dir))
     records, _ = build_gold(examples, prompts, SchemaCache(0), max_prompt_tokens=100_000)
-    config = SftRunConfig(
-        epochs=1, learning_rate=1e-2, batch_size=4, grad_accum=1, max_length=4096, train_layers=1
+    config = SftSection(
+        epochs=1,
+        time_budget_minutes=None,
+        learning_rate=1e-2,
+        batch_size=4,
+        grad_accum=1,
+        max_length=4096,
+        train_layers=1,
     )
     train_sft(tiny_model_dir, records, tmp_path / "sft", config, device="cpu")
     before, after = load_model(tiny_model_dir), load_model(tmp_path / "sft")

@@ -4,10 +4,11 @@ import json
 
 import pytest
 
+from acesql.config import SftSection
 from acesql.data.loaders import load_dataset
 from acesql.models.prompts import PromptBuilder
 from acesql.sft.data import SchemaCache, build_gold, build_self_distilled
-from acesql.sft.trainer import IGNORE, SftRunConfig, tokenize_records, train_sft
+from acesql.sft.trainer import IGNORE, tokenize_records, train_sft
 from acesql.sql.executor import BatchExecutor
 from acesql.sql.parsing import parse_columns, parse_sql
 
@@ -98,8 +99,9 @@ def test_tokenize_masks_the_prompt(prompts):
 
 def test_train_loss_falls_and_resumes(tiny_model_dir, examples, prompts, tmp_path):
     records, _ = build_gold(examples, prompts, SchemaCache(0), max_prompt_tokens=100_000)
-    config = SftRunConfig(
+    config = SftSection(
         epochs=6,
+        time_budget_minutes=None,
         learning_rate=3e-3,
         batch_size=4,
         grad_accum=1,
@@ -127,7 +129,7 @@ def test_train_loss_falls_and_resumes(tiny_model_dir, examples, prompts, tmp_pat
 
 def test_time_budget_stops_cleanly(tiny_model_dir, examples, prompts, tmp_path):
     records, _ = build_gold(examples, prompts, SchemaCache(0), max_prompt_tokens=100_000)
-    config = SftRunConfig(
+    config = SftSection(
         epochs=50,
         time_budget_minutes=0.001,
         batch_size=4,

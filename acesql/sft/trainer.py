@@ -1,56 +1,42 @@
 """Mixed SFT of both roles in one run: loss on response tokens only, through accelerate.
 
-    result = train_sft(model_dir, records, out_dir, config, tracker)
+    result = train_sft(model_dir, records, out_dir, params.sft, tracker, seed=params.base.seed)
+
+`config` is the `sft` section of params.yaml (`acesql.config.SftSection`); the seed is `base`'s.
 
 - fp32 weights; with `bf16_autocast` the forward runs under bf16 autocast (CPU and GPU;
   `auto`: where the hardware has bf16, `acesql.models.precision`).
   Pure bf16 AdamW barely moves a small model's loss on CPU: weights stay fp32.
 - Sequences are bucketed by length (less padding), batches shuffled, seeded.
 - Every `checkpoint_every` optimizer steps a checkpoint is written atomically under
-  `out_dir/checkpoints/`; a killed run started again resumes from the newest complete one
-  (weights, optimizer, scheduler, data position, elapsed time). The last two are kept.
-- `time_budget_minutes` ends training early, cleanly: the model trained so far is saved.
+  `out_dir/checkpoints/` (`acesql.checkpoint`: accelerate's state plus `trainer_state.json`);
+  a killed run started again resumes from the newest complete one of the same run (weights,
+  optimizer, scheduler, data position, elapsed time). The last two are kept.
+- `time_budget_minutes` ends training early, cleanly: the model trained so far is saved; the
+  progress bar then shows the budget's time left, not the ETA of steps that will not run.
 - Multi-GPU: run the stage under `accelerate launch` (see infra/); the loop is the same.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
-import shutil
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
+from acesql.checkpoint import Checkpoints, fingerprint
+from acesql.config import SftSection
 from acesql.models.freezing import train_top_layers
 from acesql.models.logits import IGNORE, response_loss
 from acesql.models.precision import bf16_autocast_enabled
+from acesql.progress import StepBar
 from acesql.tracking import NullTracker, Tracker
 
-KEEP_CHECKPOINTS = 2
-
-
-@dataclass
-class SftRunConfig:
-    epochs: float = 1.0
-    time_budget_minutes: float | None = None
-    learning_rate: float = 5e-5
-    warmup_ratio: float = 0.05
-    weight_decay: float = 0.0
-    batch_size: int = 4
-    grad_accum: int = 2
-    max_length: int = 2048
-    bf16_autocast: bool | str = "auto"
-    gradient_checkpointing: bool = False
-    train_layers: int | None = None
-    checkpoint_every: int = 25
-    log_every: int = 1
-    seed: int = 0
+# settings that only pace or log a run: changing them still resumes its checkpoints
+PACED = ("time_budget_minutes", "checkpoint_every", "log_every")
 
 
 def tokenize_records(tokenizer, records: list[dict], max_length: int) -> tuple[list[dict], int]:
@@ -104,9 +90,11 @@ def train_sft(
     model_dir,
     records: list[dict],
     out_dir,
-    config: SftRunConfig,
+    config: SftSection,
     tracker: Tracker | None = None,
     device: str | None = None,
+    *,
+    seed: int = 0,
 ) -> dict:
     """Fine-tune the model at `model_dir` on `records`; save it to `out_dir`; return a summary."""
     from accelerate import Accelerator
@@ -116,8 +104,8 @@ def train_sft(
 
     tracker = tracker or NullTracker()
     out_dir = Path(out_dir)
-    ckpt_root = out_dir / "checkpoints"
-    torch.manual_seed(config.seed)
+    ckpts = Checkpoints(out_dir / "checkpoints", state_file="trainer_state.json")
+    torch.manual_seed(seed)
     tokenizer = load_tokenizer(model_dir)
     items, too_long = tokenize_records(tokenizer, records, config.max_length)
     if not items:
@@ -132,8 +120,8 @@ def train_sft(
         dtype=torch.bfloat16,
         enabled=bf16_autocast_enabled(config.bf16_autocast, accelerator.device),
     )
-    fingerprint = _fingerprint(model_dir, records, config)
-    resume = _latest_checkpoint(ckpt_root, fingerprint)
+    run_id = _fingerprint(model_dir, records, config, seed)
+    resume = ckpts.latest(run_id)
     model = load_model(model_dir, dtype="float32", device="cpu")
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -161,19 +149,25 @@ def train_sft(
         "elapsed_s": 0.0,
         "tokens": 0,
         "losses": [],
-        "fingerprint": fingerprint,
+        "fingerprint": run_id,
     }
     if resume:  # weights, optimizer, scheduler and RNG states, sharded or not
-        accelerator.load_state(resume["dir"])
-        state = dict(resume["state"])
+        accelerator.load_state(str(resume.path))
+        state = dict(resume.state)
 
     budget_s = config.time_budget_minutes * 60 if config.time_budget_minutes else math.inf
-    bar = tqdm(total=total_steps, initial=state["step"], desc="sft", unit="step")
+    bar = StepBar(
+        total=total_steps,
+        initial=state["step"],
+        desc="sft",
+        unit="step",
+        budget_s=budget_s - state["elapsed_s"] if budget_s < math.inf else None,
+    )
     started = time.monotonic() - state["elapsed_s"]
     window: list[float] = []
     stop_reason = "epochs"
     while state["step"] < total_steps:
-        batches = make_batches(items, config.batch_size, config.seed, state["epoch"])
+        batches = make_batches(items, config.batch_size, seed, state["epoch"])
         batches = batches[accelerator.process_index :: world]  # each process its share
         while state["micro"] < len(batches) and state["step"] < total_steps:
             batch = collate([items[i] for i in batches[state["micro"]]], tokenizer.pad_token_id)
@@ -203,7 +197,7 @@ def train_sft(
                         {"sft/loss": mean, "sft/lr": scheduler.get_last_lr()[0]}, step=state["step"]
                     )
                 if state["step"] % config.checkpoint_every == 0:
-                    _save_checkpoint(accelerator, state, ckpt_root)
+                    _save_checkpoint(accelerator, state, ckpts)
                 if state["elapsed_s"] > budget_s:
                     stop_reason = "time_budget"
                     break
@@ -225,7 +219,7 @@ def train_sft(
         "train_seconds": round(state["elapsed_s"], 1),
         "first_loss": state["losses"][0] if state["losses"] else None,
         "final_loss": state["losses"][-1] if state["losses"] else None,
-        "resumed_from_step": resume["state"]["step"] if resume else 0,  # as read from disk
+        "resumed_from_step": resume.state["step"] if resume else 0,  # as read from disk
         "losses": state["losses"],
     }
     if accelerator.is_main_process:
@@ -244,50 +238,24 @@ def _save_model(accelerator, model, tokenizer, out_dir: Path) -> None:
         tokenizer.save_pretrained(out_dir)
 
 
-def _save_checkpoint(accelerator, state: dict, root: Path) -> None:
-    """Write a checkpoint atomically (temp folder, then rename); keep the newest few.
+def _save_checkpoint(accelerator, state: dict, ckpts: Checkpoints) -> None:
+    """Every process writes its part into the temp folder; the main one commits it.
 
     `accelerator.save_state` holds model, optimizer, scheduler and RNG states (sharded under
     FSDP); `trainer_state.json` holds the data position and the loss history.
     """
-    final = root / f"step-{state['step']:06d}"
-    tmp = root / f".tmp-{final.name}"
+    step = state["step"]
     if accelerator.is_main_process:
-        root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        ckpts.begin(step)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
+    accelerator.save_state(str(ckpts.staging(step)))
     accelerator.wait_for_everyone()
-    if not accelerator.is_main_process:
-        return
-    (tmp / "trainer_state.json").write_text(json.dumps(state))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    for old in sorted(root.glob("step-*"))[:-KEEP_CHECKPOINTS]:
-        shutil.rmtree(old, ignore_errors=True)
+    if accelerator.is_main_process:
+        ckpts.commit(step, state)
 
 
-def _latest_checkpoint(root: Path, fingerprint: str) -> dict | None:
-    """The newest complete checkpoint of this very run (same model, data and settings)."""
-    for path in sorted(root.glob("step-*"), reverse=True):
-        state_file = path / "trainer_state.json"
-        if not state_file.is_file():  # written last: without it the checkpoint is partial
-            continue
-        state = json.loads(state_file.read_text())
-        if state.get("fingerprint") == fingerprint:
-            return {"dir": path, "state": state}
-    return None
-
-
-def _fingerprint(model_dir, records: list[dict], config: SftRunConfig) -> str:
-    """What makes two runs the same run; settings that only pace or log it are left out."""
-    settings = {
-        k: v
-        for k, v in asdict(config).items()
-        if k not in ("time_budget_minutes", "checkpoint_every", "log_every")
-    }
-    digest = hashlib.sha256(json.dumps([str(model_dir), settings], sort_keys=True).encode())
-    for rec in records:
-        digest.update(rec["prompt"].encode())
-        digest.update(rec["response"].encode())
-    return digest.hexdigest()[:16]
+def _fingerprint(model_dir, records: list[dict], config: SftSection, seed: int) -> str:
+    """What makes two runs the same run: model, settings but `PACED`, seed, every record."""
+    settings = {**config.model_dump(mode="json"), "seed": seed}
+    texts = (text for rec in records for text in (rec["prompt"], rec["response"]))
+    return fingerprint([str(model_dir)], settings, paced=PACED, data=texts)

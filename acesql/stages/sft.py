@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from acesql.errors import DataError
-from acesql.sft.trainer import SftRunConfig, train_sft
+from acesql.sft.trainer import train_sft
 from acesql.stages.common import run_stage, write_metrics
 
 
@@ -27,8 +27,9 @@ def work(s: dict, tracker) -> dict:
         records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if not records:
         raise DataError("the SFT data is empty: see data/sft_metrics.json for what was dropped")
-    run = SftRunConfig(seed=base.seed, **cfg.model_dump())
-    summary = train_sft(base.models_dir / "base", records, base.models_dir / "sft", run, tracker)
+    summary = train_sft(
+        base.models_dir / "base", records, base.models_dir / "sft", cfg, tracker, seed=base.seed
+    )
     metrics = {k: v for k, v in summary.items() if k != "losses"}
     write_metrics(base.models_dir / "sft_metrics.json", metrics)
     tracker.log_metrics({f"sft/{k}": v for k, v in metrics.items() if isinstance(v, int | float)})
