@@ -13,10 +13,12 @@ from acesql.sql.executor import BatchExecutor
 
 
 class Oracle:
-    """Answers with the gold columns and SQL; `wrong_sql` makes the generator fail."""
+    """Answers with the gold columns and SQL; `wrong_sql` makes the generator fail (on every
+    question, or on those of `wrong_for`)."""
 
-    def __init__(self, examples, wrong_sql=False, bad_columns=False):
+    def __init__(self, examples, wrong_sql=False, bad_columns=False, wrong_for=()):
         self.examples, self.wrong_sql, self.bad_columns = examples, wrong_sql, bad_columns
+        self.wrong_for = {e.question for e in wrong_for}
         self.calls = []
 
     def generate(self, prompts, n=1, **kw):
@@ -27,10 +29,10 @@ class Oracle:
             if "schema linking" in p:
                 cols = ["nowhere.nothing"] if self.bad_columns else ex.gold_columns
                 text = "```\n[" + ", ".join(cols) + "]\n```"
+            elif self.wrong_sql or ex.question in self.wrong_for:
+                text = "```sql\nSELECT 1 WHERE 0\n```"
             else:
-                text = (
-                    "```sql\nSELECT 1 WHERE 0\n```" if self.wrong_sql else f"```sql\n{ex.sql}\n```"
-                )
+                text = f"```sql\n{ex.sql}\n```"
             out.append([Completion(text, [1] * 5, [-0.5] * 5, "stop")] * n)
         return out
 
@@ -75,6 +77,17 @@ def test_wrong_sql_and_bad_columns(setup):
     assert all(len(r["retrieved_columns"]) > 1 for r in rows)
 
 
+def test_pipeline_ex_is_the_share_of_right_answers(setup):
+    examples, prompts = setup
+    wrong = examples[::3]  # the oracle fails on every third question
+    with BatchExecutor(workers=0) as ex:
+        summary, rows = evaluate_examples(examples, Oracle(examples, wrong_for=wrong), prompts, ex)
+    right = len(examples) - len(wrong)
+    assert summary["pipeline_correct"] == summary["generator_correct"] == right
+    assert summary["pipeline_ex"] == summary["generator_ex"] == round(right / len(examples), 4)
+    assert [r["pipeline_match"] for r in rows] == [e not in wrong for e in examples]
+
+
 def test_voting_samples_at_temperature_one(setup):
     examples, prompts = setup
     engine = Oracle(examples)
@@ -116,8 +129,11 @@ def test_eval_cli_with_the_tiny_model(synth_dir, tiny_model_dir, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     metrics = json.loads(proc.stdout)
-    assert metrics["usable"] == 3 and 0.0 <= metrics["pipeline_ex"] <= 1.0
-    assert len((out / "rows.jsonl").read_text().splitlines()) == 3
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert metrics["usable"] == len(rows) == 3
+    # 8 greedy tokens of a random model hold no ```sql block: no SQL, so no question matches
+    assert [r["pipeline_reason"] for r in rows] == ["no_sql"] * 3
+    assert metrics["pipeline_ex"] == 0.0 and metrics["no_sql_rate"] == 1.0
     assert metrics["maj_k"] == 2 and "maj_ex" in metrics and "non_gold_ratio" in metrics
     assert len(json.loads((out / "predict_dev.json").read_text())) == 3
     assert "<img" in (out / "report.html").read_text()

@@ -363,7 +363,11 @@ def test_the_sft_default_on_50_spider_questions(spider_dir, tmp_path):
     metrics = json.loads(proc.stdout)
     assert metrics["n"] == 50 and metrics["usable"] + metrics["unusable"] == 50
     assert metrics["mode"] == "spider" and metrics["maj_k"] == 2
-    assert 0 <= metrics["pipeline_ex"] <= 1 and metrics["tokens_per_query"] > 0
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    right = sum(r["pipeline_match"] for r in rows if r["usable"])
+    # pipeline EX is the share of usable questions whose SQL matched, as the rows record it
+    assert metrics["pipeline_ex"] == round(right / metrics["usable"], 4)
+    assert metrics["tokens_per_query"] > 0
     assert len(json.loads((tmp_path / "predict_dev.json").read_text())) == 50
     assert "<img" in (tmp_path / "report.html").read_text()
 

@@ -22,6 +22,7 @@ from acesql.models.engine import Completion
 from acesql.rl.pool import EmpiricalPool
 from acesql.rl.rollout import question_key
 from acesql.rl.trainer import GrpoTrainer, question_order
+from acesql.rl.update import Sequence
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +65,15 @@ class ScriptedEngine:
 
     def close(self):
         pass
+
+
+SEQS = {  # hand-made sequences for the update: prompt ids, completion ids, advantage
+    "retriever": [
+        Sequence(list(range(5, 30)), [40 + i, 41, 42][: 1 + i], a)
+        for i, a in enumerate((1.0, -0.5, -0.5))
+    ],
+    "generator": [Sequence(list(range(7, 19)), [50, 51 + i], a) for i, a in enumerate((0.7, -0.7))],
+}
 
 
 def _cfg(**over):
@@ -116,7 +126,27 @@ def test_question_order_is_deterministic_and_covers_epochs():
     assert len([i for s in question_order(4, 3, 0.5, 1) for i in s]) == 2
 
 
-def test_one_step_rewards_pool_and_update(tiny_model_dir, examples, tmp_path):
+def _spy_pcgrad(monkeypatch) -> dict:
+    """Copies of the two role gradients the update hands to PCGrad, before it combines them."""
+    from acesql.rl import update
+
+    seen, real = {}, update.pcgrad_
+
+    def spy(g_ret, g_gen, **kw):
+        seen["ret"] = [None if t is None else t.detach().clone() for t in g_ret]
+        seen["gen"] = [None if t is None else t.detach().clone() for t in g_gen]
+        return real(g_ret, g_gen, **kw)
+
+    monkeypatch.setattr(update, "pcgrad_", spy)
+    return seen
+
+
+def _dot(a, b) -> float:
+    return float((a.double() * b.double()).sum())
+
+
+def test_one_step_rewards_pool_and_update(tiny_model_dir, examples, tmp_path, monkeypatch):
+    seen = _spy_pcgrad(monkeypatch)
     trainer = _trainer(tiny_model_dir, examples, tmp_path, _cfg(schedule=False))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     record = trainer.step()
@@ -127,7 +157,15 @@ def test_one_step_rewards_pool_and_update(tiny_model_dir, examples, tmp_path):
     assert record["lambda"] == 1.0 and record["updated"] == 1.0
     assert record["retriever/flat_groups"] == 0.0
     assert record["generator/update_tokens"] > 0 and record["retriever/update_tokens"] > 0
-    assert 0 <= record["conflict_ratio"] <= 1 and -1 <= record["grad_cosine"] <= 1
+    # the statistics, recomputed from the gradients the step produced: per-tensor dot
+    # products (tensor granularity) and the cosine of the two whole gradients
+    pairs = [(r, g) for r, g in zip(seen["ret"], seen["gen"]) if r is not None]
+    dots = [_dot(r, g) for r, g in pairs]
+    norm_ret = sum(_dot(r, r) for r, _ in pairs) ** 0.5
+    norm_gen = sum(_dot(g, g) for _, g in pairs) ** 0.5
+    conflicts = sum(d < 0 for d in dots) / len(pairs)
+    assert record["conflict_ratio"] == pytest.approx(conflicts, abs=1e-6)
+    assert record["grad_cosine"] == pytest.approx(sum(dots) / (norm_ret * norm_gen), abs=1e-6)
     assert record["kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference before the step
     changed = sum(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     assert changed > 0
@@ -199,18 +237,76 @@ def test_all_wrong_groups_are_flat_and_can_be_skipped(tiny_model_dir, examples, 
     trainer.close()
 
 
-def test_pcgrad_switch_changes_the_update(tiny_model_dir, examples, tmp_path):
-    finals = {}
+class RecordingSGD(torch.optim.SGD):
+    """SGD that keeps a copy of the gradients it steps with (the update clears them after)."""
+
+    def step(self, closure=None):
+        self.grads = [p.grad.clone() for group in self.param_groups for p in group["params"]]
+        return super().step(closure)
+
+
+def _dual_update(model_dir, **kw):
+    from transformers import AutoModelForCausalLM
+
+    from acesql.rl.update import DualRoleUpdate
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    opt = RecordingSGD(model.parameters(), lr=0.1)
+    # no KL term, no clipping: the gradient the optimizer sees is PCGrad's output itself
+    return DualRoleUpdate(model, opt, beta=0.0, grad_clip=1e9, bf16_autocast=False, **kw)
+
+
+def _role_gradients(model_dir, seqs):
+    """g_ret and g_gen (each with weight 1), back-propagated separately on a fresh model."""
+    update, grads = _dual_update(model_dir), []
+    for role in ("retriever", "generator"):
+        update.optimizer.zero_grad(set_to_none=True)
+        update.backward(seqs[role], 1.0)
+        grads.append([p.grad.clone() for p in update.params])
+    return grads
+
+
+def test_pcgrad_switch_changes_the_update(tiny_model_dir):
+    # the same tokens with opposite advantages: lambda x g_gen = -lambda x g_ret, a conflict
+    # in every tensor. PCGrad projects each gradient onto the other's normal plane, which
+    # removes all of an antiparallel vector: the update is 0. The plain sum is (1 - lam) g_ret.
+    same = (list(range(5, 20)), [40, 41, 42])
+    seqs = {"retriever": [Sequence(*same, 1.0)], "generator": [Sequence(*same, -1.0)]}
+    lam = 0.5
+    [g_ret, _] = _role_gradients(tiny_model_dir, seqs)
     for on in (True, False):
-        trainer = _trainer(
-            tiny_model_dir, examples, tmp_path / str(on), _cfg(schedule=False, pcgrad=on, beta=0.0)
-        )
-        record = trainer.step()
-        finals[on] = ([p.detach().clone() for p in trainer.model.parameters()], record)
-        trainer.close()
-    assert finals[True][1]["conflict_ratio"] == finals[False][1]["conflict_ratio"]
-    if finals[True][1]["conflict_ratio"] > 0:
-        assert any(not torch.equal(a, b) for a, b in zip(finals[True][0], finals[False][0]))
+        update = _dual_update(tiny_model_dir, pcgrad=on)
+        stats = update(seqs, lam)
+        assert stats["conflict_ratio"] == 1.0 and stats["grad_cosine"] == pytest.approx(-1.0)
+        for got, r in zip(update.optimizer.grads, g_ret):
+            expected = torch.zeros_like(r) if on else (1 - lam) * r
+            torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-4)
+    assert any(float(r.abs().max()) > 1e-3 for r in g_ret)  # g_ret != 0: 0 != (1 - lam) g_ret
+
+
+def _pcgrad_by_hand(r, g):
+    """PCGrad's definition: each projected onto the other's normal plane when they conflict."""
+    d = _dot(r, g)
+    if d >= 0:
+        return r + g
+    return (r - d / _dot(g, g) * g) + (g - d / _dot(r, r) * r)
+
+
+def test_combined_gradient_is_pcgrad_of_the_weighted_generator_gradient(tiny_model_dir):
+    lam = 0.3
+    g_ret, g_gen = _role_gradients(tiny_model_dir, SEQS)
+    update = _dual_update(tiny_model_dir)
+    stats = update(SEQS, lam)
+    conflicts = 0
+    for got, r, g in zip(update.optimizer.grads, g_ret, g_gen):
+        torch.testing.assert_close(got, _pcgrad_by_hand(r, lam * g), atol=1e-6, rtol=1e-4)
+        conflicts += _dot(r, g) < 0
+    # both branches of the formula were exercised: some tensors conflict, some do not
+    assert 0 < conflicts < len(g_ret)
+    assert stats["conflict_ratio"] == pytest.approx(conflicts / len(g_ret))
+    assert stats["generator/grad_norm"] == pytest.approx(
+        lam * sum(_dot(g, g) for g in g_gen) ** 0.5, rel=1e-4
+    )
 
 
 def test_train_writes_outputs_and_checkpoints(tiny_model_dir, examples, tmp_path):
@@ -292,11 +388,11 @@ def test_rl_data_stage_keeps_bounded_questions(tmp_path, tiny_model_dir, synth_d
     metrics = json.loads((tmp_path / "data" / "rl_metrics.json").read_text())
     assert metrics["considered"] == len(examples)
     # a random model never matches: 0 correct of 2 is inside [0, 2] but seeds no column set
-    assert sum(metrics["correct_histogram"].values()) + sum(metrics["dropped"].values()) >= len(
-        examples
-    )
-    assert (tmp_path / "data" / "rl" / "train.jsonl").is_file()
-    EmpiricalPool.load(tmp_path / "data" / "rl" / "initial_pool.json")
+    assert metrics["correct_histogram"] == {"0": len(examples)}
+    assert metrics["dropped"] == {"no_extractable_columns": len(examples)}
+    assert metrics["kept"] == 0
+    assert (tmp_path / "data" / "rl" / "train.jsonl").read_text() == ""
+    assert len(EmpiricalPool.load(tmp_path / "data" / "rl" / "initial_pool.json")) == 0
     # bounds that cannot hold are refused with one message
     bad = yaml.safe_load(params.read_text())
     bad["rl_data"]["min_correct"] = 3
@@ -304,6 +400,57 @@ def test_rl_data_stage_keeps_bounded_questions(tmp_path, tiny_model_dir, synth_d
     proc = _run("acesql.stages.rl_data", params)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "min_correct <= max_correct" in err
+
+
+class CountEngine:
+    """The retriever names the gold columns; the generator's first k[question] SQLs are gold."""
+
+    def __init__(self, examples, k):
+        self.examples, self.k = examples, k
+
+    def generate(self, prompts, n=1, **kw):
+        out = []
+        for p in prompts:
+            ex = next(e for e in self.examples if e.question in p)
+            if "schema linking" in p:
+                texts = ["```\n[" + ", ".join(ex.gold_columns) + "]\n```"] * n
+            else:
+                right = self.k[ex.question]
+                texts = [f"```sql\n{ex.sql}\n```"] * right
+                texts += ["```sql\nSELECT 1 WHERE 0\n```"] * (n - right)
+            out.append([Completion(t, [1, 2], [-1.0, -1.0], "stop") for t in texts])
+        return out
+
+
+def test_rl_data_keeps_questions_between_the_bounds(tiny_model_dir, examples):
+    from acesql.models.base_model import load_tokenizer
+    from acesql.models.prompts import PromptBuilder
+    from acesql.rl.data import build_rl_data
+    from acesql.sft.data import SchemaCache
+    from acesql.sql.executor import BatchExecutor
+
+    # question i gets i of 3 SQLs right; bounds [1, 2]: 0 is too hard, 3 too easy
+    engine = CountEngine(examples, {ex.question: i for i, ex in enumerate(examples)})
+    prompts = PromptBuilder(load_tokenizer(tiny_model_dir))
+    with BatchExecutor(workers=0) as executor:
+        kept, pool, stats = build_rl_data(
+            examples,
+            engine,
+            prompts,
+            SchemaCache(0),
+            executor,
+            n_retriever=2,
+            n_generator=3,
+            min_correct=1,
+            max_correct=2,
+        )
+    assert [e.index for e in kept] == [examples[1].index, examples[2].index]
+    assert stats.to_dict()["correct_histogram"] == {"0": 1, "1": 1, "2": 1, "3": 1}
+    assert dict(stats.dropped) == {"too_hard": 1, "too_easy": 1} and stats.kept == 2
+    # each kept question's pool: its gold column set, counted once per correct SQL
+    assert sorted(pool.questions()) == sorted(question_key(e) for e in examples[1:3])
+    for n, ex in ((1, examples[1]), (2, examples[2])):
+        assert pool.weights(question_key(ex)) == {frozenset(ex.gold_columns): n}
 
 
 def test_grpo_stage_resumes_after_sigkill(tmp_path, tiny_model_dir, synth_dir, examples):
@@ -383,17 +530,8 @@ def test_grpo_stage_without_questions_keeps_the_sft_model(
 def test_shared_prompt_update_equals_the_full_one(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from acesql.rl.update import DualRoleUpdate, Sequence
+    from acesql.rl.update import DualRoleUpdate
 
-    seqs = {
-        "retriever": [
-            Sequence(list(range(5, 30)), [40 + i, 41, 42][: 1 + i], a)
-            for i, a in enumerate((1.0, -0.5, -0.5))
-        ],
-        "generator": [
-            Sequence(list(range(7, 19)), [50, 51 + i], a) for i, a in enumerate((0.7, -0.7))
-        ],
-    }
     results = []
     for share in (True, False):
         torch.manual_seed(0)
@@ -409,7 +547,7 @@ def test_shared_prompt_update_equals_the_full_one(tiny_model_dir):
             share_prompts=share,
             micro_batch_size=2,
         )
-        stats = update(seqs, 0.5)
+        stats = update(SEQS, 0.5)
         results.append((stats, [p.detach().clone() for p in model.parameters()]))
     (s1, p1), (s2, p2) = results
     for key in ("retriever/loss", "generator/loss", "retriever/grad_norm", "conflict_ratio"):

@@ -218,6 +218,22 @@ def test_pcgrad_zero_generator_gradient_is_the_retriever_gradient():
     assert [t.tolist() for t in out] == [[1.0, 2.0], [3.0]]
 
 
+def test_pcgrad_refuses_a_retriever_gradient_with_no_generator_tensor():
+    # the combined gradient is written into g_gen: with None there, g_ret would be lost
+    with pytest.raises(ValueError, match=r"positions \[1\]"):
+        pcgrad_([torch.ones(1), torch.ones(2)], [torch.ones(1), None])
+    # None in both roles (a frozen parameter) is skipped; a generator-only tensor is kept
+    g_gen = [None, torch.tensor([3.0]), torch.tensor([1.0, 0.0])]
+    stats = pcgrad_([None, None, torch.tensor([-1.0, 1.0])], g_gen)
+    # d = -1, |r|^2 = 2, |g|^2 = 1: (1 + 1/2) [-1, 1] + (1 + 1) [1, 0] = [0.5, 1.5]
+    assert g_gen[0] is None and g_gen[1].tolist() == [3.0]
+    assert g_gen[2].tolist() == pytest.approx([0.5, 1.5])
+    # the generator-only tensor counts in its norm (9 + 1) but not as a compared tensor
+    assert (stats.n_tensors, stats.conflict_ratio) == (1, 1.0)
+    assert (stats.norm_ret, stats.norm_gen) == pytest.approx((math.sqrt(2), math.sqrt(10)))
+    assert stats.cosine == pytest.approx(-1 / math.sqrt(20))
+
+
 # ----------------------------------------------------------------------------------- pool
 
 A, B, C = ["t.a"], ["t.a", "t.b"], ["t.c"]

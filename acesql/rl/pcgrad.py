@@ -45,21 +45,32 @@ def pcgrad_(
 ) -> PcgradStats:
     """Combine in place: `g_gen[i]` becomes the combined gradient; `g_ret` is left as it was.
 
-    A None entry stands for a zero gradient. `project` False is the plain sum (the
-    no-PCGrad ablation), with the same statistics.
+    A None entry stands for a zero gradient: None in both (a parameter neither role
+    reached) is skipped, and a generator gradient with no retriever one already is the
+    combined gradient. A retriever gradient with a None generator entry has no tensor to be
+    written into, so it raises ValueError instead of being lost: the caller gives such a
+    parameter a zero generator gradient first (as `DualRoleUpdate` and `pcgrad` do).
+    `project` False is the plain sum (the no-PCGrad ablation), with the same statistics.
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
     if len(g_ret) != len(g_gen):
         raise ValueError(f"{len(g_ret)} retriever gradients but {len(g_gen)} generator gradients")
+    orphans = [i for i, (r, g) in enumerate(zip(g_ret, g_gen)) if r is not None and g is None]
+    if orphans:
+        raise ValueError(
+            f"retriever gradients at positions {orphans[:5]} have no generator gradient to be "
+            "combined into (None): give those parameters a zero generator gradient"
+        )
     pairs = [(r, g) for r, g in zip(g_ret, g_gen) if r is not None and g is not None]
     dots = [_dot(r, g) for r, g in pairs]
     rr = [_dot(r, r) for r, _ in pairs]
     gg = [_dot(g, g) for _, g in pairs]
-    # a tensor that only one role touched adds its squared norm without any dot product
-    both = list(zip(g_ret, g_gen))
-    rr_total = sum(rr) + sum(_dot(r, r) for r, g in both if r is not None and g is None)
-    gg_total = sum(gg) + sum(_dot(g, g) for r, g in both if g is not None and r is None)
+    # a tensor only the generator touched adds its squared norm without any dot product
+    rr_total = sum(rr)
+    gg_total = sum(gg) + sum(
+        _dot(g, g) for r, g in zip(g_ret, g_gen) if r is None and g is not None
+    )
     dot_total = sum(dots)
     cosine = dot_total / max((rr_total * gg_total) ** 0.5, _TINY)
     if granularity == "global":
