@@ -11,6 +11,7 @@ Every field carries a description, so `DataSection.model_json_schema()` document
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -33,6 +34,15 @@ class Section(BaseModel):
     """A params.yaml section: extra keys are errors, values are frozen once loaded."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("timeout_s", check_fields=False)
+    @classmethod
+    def _finite_timeout(cls, value: float) -> float:
+        """Any section's SQL `timeout_s`: `gt=0` lets infinity through, which disables the
+        deadline (as NaN would)."""
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number of seconds")
+        return value
 
 
 class BaseSection(Section):

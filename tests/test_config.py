@@ -91,6 +91,12 @@ BAD = [
         r"data\.splits\.extra: unknown key",
     ),
     ("data: [1, 2]", r"data: Input should be a valid dictionary"),
+    # a SQL timeout that is not finite would disable the deadline
+    ("evaluate: {timeout_s: .inf}", r"evaluate\.timeout_s: must be a finite number of seconds"),
+    ("rl_data: {timeout_s: .inf}", r"rl_data\.timeout_s: must be a finite number of seconds"),
+    ("grpo: {timeout_s: .inf}", r"grpo\.timeout_s: must be a finite number of seconds"),
+    ("grpo: {timeout_s: .nan}", r"grpo\.timeout_s: Input should be greater than 0"),
+    ("evaluate: {timeout_s: 0}", r"evaluate\.timeout_s: Input should be greater than 0"),
 ]
 
 
