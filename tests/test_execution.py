@@ -3,11 +3,18 @@
 import hashlib
 import shutil
 import sqlite3
+import sys
 import time
 
 import pytest
 
-from acesql.sql.execution import execute, open_sandboxed
+from acesql.sql.execution import (
+    ALLOWED_FUNCTIONS,
+    REFUSED_FUNCTIONS,
+    _authorize,
+    execute,
+    open_sandboxed,
+)
 
 RUNAWAY_CTE = (
     "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r"
@@ -48,6 +55,20 @@ HOSTILE = [
     "SELECT writefile('/tmp/acesql-x', 'data')",
     "/* comment */ DELETE FROM student",
     "(DELETE FROM student)",
+    # a pointer into libsqlite3; with two arguments, a pointer that a later MATCH calls
+    "SELECT fts3_tokenizer('simple')",
+    "SELECT fts3_tokenizer('simple', x'4141414141414141')",
+    "SELECT hex(fts3_tokenizer('porter'))",
+    "SELECT fts5(NULL)",
+    "SELECT sqlite_log(1, 'x')",
+    "SELECT rtreenode(2, zeroblob(64))",
+    "SELECT sqlite_compileoption_get(0)",
+    "SELECT readfile('/etc/passwd')",
+    # table-valued functions: refused as the module doc says
+    "SELECT * FROM json_each('[1, 2]')",
+    "SELECT * FROM pragma_table_info('student')",
+    "SELECT * FROM pragma_database_list",
+    "SELECT * FROM dbstat",
 ]
 
 
@@ -179,3 +200,69 @@ def test_invalid_utf8_text_is_read_leniently(tmp_path):
     from acesql.sql.schema import Schema
 
     assert Schema.from_sqlite(db).column("t.name").samples == ("Cafe\ufffd",)
+
+
+def _sqlite_functions() -> set[str]:
+    conn = sqlite3.connect(":memory:")
+    try:
+        return {r[0] for r in conn.execute("SELECT name FROM pragma_function_list")}
+    finally:
+        conn.close()
+
+
+def test_every_function_of_this_sqlite_is_reviewed():
+    """A function a newer SQLite adds is refused until someone puts it in one list or the other."""
+    assert not ALLOWED_FUNCTIONS & set(REFUSED_FUNCTIONS)
+    unreviewed = _sqlite_functions() - ALLOWED_FUNCTIONS - set(REFUSED_FUNCTIONS)
+    assert not unreviewed, f"review these and add them to one list: {sorted(unreviewed)}"
+
+
+def test_the_authorizer_follows_the_allow_list():
+    for name in _sqlite_functions() | set(REFUSED_FUNCTIONS) | {"made_up", "regexp"}:
+        allowed = _authorize(sqlite3.SQLITE_FUNCTION, None, name, None, None) == sqlite3.SQLITE_OK
+        assert allowed is (name in ALLOWED_FUNCTIONS), name
+    for risky in ("load_extension", "fts3_tokenizer", "fts5", "readfile", "writefile"):
+        assert risky in REFUSED_FUNCTIONS and risky not in ALLOWED_FUNCTIONS
+
+
+def test_allowed_functions_run(school_db):
+    sql = (
+        "SELECT abs(-2), lower(name), round(2.5), substr(name, 1, 2), date('2020-01-31'), "
+        "strftime('%Y', '2020-01-31'), json_extract('{\"a\": 1}', '$.a'), '{\"a\": 2}' ->> 'a', "
+        "sqrt(16), iif(age > 0, 'y', 'n'), coalesce(NULL, 1), typeof(age), printf('%05d', 7), "
+        "row_number() OVER (ORDER BY StudentID), cast(count(*) OVER () AS TEXT) "
+        "FROM student WHERE name LIKE '%' AND name GLOB '*' ORDER BY StudentID LIMIT 1"
+    )
+    result = execute(school_db, sql)
+    assert result.ok, result.error
+    assert result.rows[0][0] == 2 and result.rows[0][6:9] == (1, 2, 4.0)
+    group = execute(
+        school_db, "SELECT count(*), max(age), avg(age), group_concat(name) FROM student"
+    )
+    assert group.ok and group.rows[0][0] == 60
+
+
+def test_fts3_tokenizer_is_refused(school_db):
+    for sql in ("SELECT fts3_tokenizer('simple')", "SELECT fts3_tokenizer('simple', x'00')"):
+        result = execute(school_db, sql)
+        assert not result.ok and "not authorized" in result.error
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM json_each('[1, 2]')",
+        "SELECT key FROM json_tree('{}')",
+        "SELECT name FROM pragma_table_info('student')",
+        "SELECT * FROM pragma_database_list",
+    ],
+)
+def test_table_valued_functions_are_refused_as_documented(school_db, sql):
+    conn = open_sandboxed(school_db)
+    for _ in range(2):  # and again on the same connection
+        result = execute(conn, sql)
+        assert not result.ok
+        assert "not authorized" in result.error or "vtable constructor failed" in result.error
+    conn.close()
+    doc = sys.modules[execute.__module__].__doc__
+    assert "json_each" in doc and "pragma_table_info" in doc and "refused too" in doc

@@ -6,9 +6,13 @@ and `timed_out` say what happened.
 What the sandbox does:
 - opens the file read-only (`mode=ro` URI) with `PRAGMA query_only`, so SQLite itself refuses
   to change the database;
-- installs an authorizer that allows only reading (SELECT, reads, functions other than
-  `load_extension`, recursive CTEs, read-only PRAGMAs) and refuses writes, schema changes,
-  ATTACH/DETACH, transactions, PRAGMA assignments and extension loading;
+- installs an authorizer that allows only reading: SELECT, reads of tables and views,
+  recursive CTEs and the functions of `ALLOWED_FUNCTIONS`; it refuses writes, schema changes,
+  ATTACH/DETACH, transactions, every PRAGMA and every other function (`REFUSED_FUNCTIONS`
+  says why for those SQLite has). Table-valued functions (`json_each`, `json_tree`,
+  `pragma_table_info` and the other `pragma_*`, `dbstat`, `sqlite_stmt`) are refused too:
+  SQLite authorizes a statement that uses one as an UPDATE of `sqlite_master`, and the
+  authorizer makes no exception to refusing writes;
 - accepts exactly one statement, starting with SELECT, WITH or VALUES;
 - enforces a wall-clock deadline through SQLite's progress handler, which interrupts the
   virtual machine itself (no thread left burning a core after the timeout);
@@ -34,7 +38,62 @@ PROGRESS_STEPS = 2_000  # SQLite VM instructions between deadline checks
 FETCH_CHUNK = 512
 
 _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
-_FORBIDDEN_FUNCTIONS = {"load_extension"}
+
+# An allow-list, not a deny-list: a function a newer SQLite adds stays refused until someone
+# reviews it. These compute on values only (core, aggregate, window, date, math and JSON
+# functions, some from SQLite releases newer than this one); `randomblob`, `zeroblob`,
+# `printf` and the like are held by the length limit.
+ALLOWED_FUNCTIONS = frozenset(
+    """
+    abs changes char coalesce concat concat_ws format glob hex if ifnull iif instr
+    last_insert_rowid length like likelihood likely lower ltrim max min nullif octet_length
+    printf quote random randomblob replace round rtrim sign soundex sqlite_version substr
+    substring total_changes trim typeof unhex unicode unistr unistr_quote unlikely upper
+    zeroblob
+    avg count group_concat string_agg sum total median percentile percentile_cont
+    percentile_disc
+    row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value last_value
+    nth_value
+    date time datetime julianday unixepoch strftime timediff current_date current_time
+    current_timestamp
+    acos acosh asin asinh atan atan2 atanh ceil ceiling cos cosh degrees exp floor ln log
+    log10 log2 mod pi pow power radians sin sinh sqrt tan tanh trunc
+    json jsonb json_array jsonb_array json_array_length json_error_position json_extract
+    jsonb_extract -> ->> json_insert jsonb_insert json_object jsonb_object json_patch
+    jsonb_patch json_pretty json_quote json_remove jsonb_remove json_replace jsonb_replace
+    json_set jsonb_set json_type json_valid json_group_array jsonb_group_array
+    json_group_object jsonb_group_object
+    """.split()
+)
+# What was reviewed and refused, and why (the authorizer refuses anything not allowed; this
+# documents SQLite's own functions, and a test checks that every one it lists is reviewed).
+REFUSED_FUNCTIONS = {
+    "load_extension": "loads native code into the process",
+    "fts3_tokenizer": "returns a pointer into libsqlite3; with two arguments it installs a "
+    "pointer that a later MATCH calls, crashing the process",
+    "fts5": "hands out the address of the FTS5 C API",
+    "fts5_source_id": "describes the SQLite build, not the data",
+    "sqlite_compileoption_get": "describes the SQLite build, not the data",
+    "sqlite_compileoption_used": "describes the SQLite build, not the data",
+    "sqlite_source_id": "describes the SQLite build, not the data",
+    "sqlite_offset": "reveals where a row lies in the file, not the data",
+    "sqlite_log": "writes to the process's SQLite error log",
+    "subtype": "a test helper for SQLite's value subtypes",
+    "rtreecheck": "an R*Tree debugging function",
+    "rtreedepth": "an R*Tree debugging function that parses raw node blobs",
+    "rtreenode": "an R*Tree debugging function that parses raw node blobs",
+    "match": "full-text search only; the sandbox never queries full-text tables",
+    "matchinfo": "full-text search only",
+    "offsets": "full-text search only",
+    "snippet": "full-text search only",
+    "highlight": "full-text search only",
+    "bm25": "full-text search only",
+    "optimize": "merges a full-text index: a write",
+    "readfile": "the sqlite3 shell's: reads any file",
+    "writefile": "the sqlite3 shell's: writes any file",
+    "edit": "the sqlite3 shell's: starts an editor",
+    "fsdir": "the sqlite3 shell's: lists folders",
+}
 _LEADING = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.S)
 _ALLOWED_START = ("select", "with", "values")
 
@@ -184,12 +243,8 @@ def statement_problem(sql) -> str | None:
 def _authorize(action, arg1, arg2, db_name, trigger):
     if action in _READ_ACTIONS:
         return sqlite3.SQLITE_OK
-    if action == sqlite3.SQLITE_FUNCTION:
-        if (arg2 or "").lower() in _FORBIDDEN_FUNCTIONS:
-            return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in ALLOWED_FUNCTIONS:
         return sqlite3.SQLITE_OK
-    if action == sqlite3.SQLITE_PRAGMA and arg2 is None:
-        return sqlite3.SQLITE_OK  # reading a pragma; query_only blocks the ones that write
     return sqlite3.SQLITE_DENY
 
 
