@@ -5,6 +5,7 @@ import shutil
 import sqlite3
 import sys
 import time
+import tracemalloc
 
 import pytest
 
@@ -69,6 +70,8 @@ HOSTILE = [
     "SELECT * FROM pragma_table_info('student')",
     "SELECT * FROM pragma_database_list",
     "SELECT * FROM dbstat",
+    # 80 MB in one row, over the 64 MB default cap: refused inside SQLite
+    "SELECT " + ", ".join(["zeroblob(5000000)"] * 16),
 ]
 
 
@@ -266,3 +269,25 @@ def test_table_valued_functions_are_refused_as_documented(school_db, sql):
     conn.close()
     doc = sys.modules[execute.__module__].__doc__
     assert "json_each" in doc and "pragma_table_info" in doc and "refused too" in doc
+
+
+def test_a_row_is_bounded_before_it_is_fetched(school_db):
+    """16 values of 4 MB under an 8 MB cap: SQLite refuses them, Python never holds 64 MB."""
+    sql = "SELECT " + ", ".join(["zeroblob(4000000)"] * 16)
+    tracemalloc.start()
+    try:
+        result = execute(school_db, sql, max_bytes=8_000_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not result.ok and "too big" in result.error
+    assert peak < 8_000_000
+
+
+def test_rows_within_the_bound_still_come_back(school_db):
+    wide = "SELECT " + ", ".join(["printf('%.1000c', 'x')"] * 16) + " FROM student LIMIT 3"
+    result = execute(school_db, wide, max_bytes=100_000)
+    assert result.ok and len(result.rows) == 3 and len(result.rows[0][15]) == 1000
+    union = "SELECT zeroblob(30000), 1 UNION ALL SELECT zeroblob(30000), 2"
+    assert execute(school_db, union, max_bytes=100_000).ok
+    assert not execute(school_db, union.replace("30000", "60000"), max_bytes=100_000).ok

@@ -16,7 +16,10 @@ What the sandbox does:
 - accepts exactly one statement, starting with SELECT, WITH or VALUES;
 - enforces a wall-clock deadline through SQLite's progress handler, which interrupts the
   virtual machine itself (no thread left burning a core after the timeout);
-- caps the rows and bytes kept from a result, and the size of any one value.
+- bounds the bytes of a result row before it exists: each query's SQLite length limit
+  (`SQLITE_LIMIT_LENGTH`) is `max_bytes` divided by its number of columns (1 KiB at least),
+  so no value, and no row, grows past that inside SQLite, nor later in Python;
+- caps the rows and bytes kept from a result.
 
 What it does not do: it does not bound the memory SQLite uses for a large sort or hash
 inside the deadline, and it does not protect against a malicious database file (the files
@@ -139,7 +142,7 @@ def open_sandboxed(
     """A read-only connection with the authorizer and limits installed; see the module doc."""
     conn = open_readonly(path)
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, min(max(1024, int(max_value_bytes)), 2**31 - 1))
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _length_limit(max_value_bytes, 1))
     conn.set_authorizer(_authorize)
     return conn
 
@@ -193,6 +196,7 @@ def _run(conn, sql, start, timeout_s, max_rows, max_bytes) -> ExecResult:
     conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
     cursor = None
     try:
+        _bound_row_size(conn, sql, max_bytes)
         cursor = conn.execute(sql)
         columns = [d[0] for d in cursor.description or ()]
         rows, size, truncated = [], 0, False
@@ -246,6 +250,28 @@ def _authorize(action, arg1, arg2, db_name, trigger):
     if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in ALLOWED_FUNCTIONS:
         return sqlite3.SQLITE_OK
     return sqlite3.SQLITE_DENY
+
+
+def _length_limit(max_bytes, n_columns: int) -> int:
+    """SQLite's limit on one value's bytes: a row of `n_columns` such values fits `max_bytes`."""
+    return min(max(1024, int(max_bytes) // max(1, n_columns)), 2**31 - 1)
+
+
+def _bound_row_size(conn, sql, max_bytes) -> None:
+    """Set the connection's length limit so that no row of `sql` exceeds `max_bytes`.
+
+    SQLite builds each value of a row (e.g. 16 x `zeroblob(60000000)`) before Python sees
+    any, so the bound must hold inside SQLite: the column count comes from EXPLAIN (prepared,
+    never run). SQL that does not prepare keeps the per-value limit; running it fails alike.
+    """
+    n_columns = 1
+    try:
+        for row in conn.execute("EXPLAIN " + sql):
+            if row[1] == "ResultRow":
+                n_columns = max(n_columns, row[3])
+    except (sqlite3.Error, sqlite3.Warning, ValueError):
+        pass
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _length_limit(max_bytes, n_columns))
 
 
 def _row_bytes(row) -> int:
