@@ -1,6 +1,7 @@
 """The sandbox: results as data, a real deadline, caps, and database files never modified."""
 
 import hashlib
+import math
 import shutil
 import sqlite3
 import sys
@@ -9,12 +10,14 @@ import tracemalloc
 
 import pytest
 
+from acesql.errors import ConfigError
 from acesql.sql.execution import (
     ALLOWED_FUNCTIONS,
     REFUSED_FUNCTIONS,
     _authorize,
     execute,
     open_sandboxed,
+    run_with_deadline,
 )
 
 RUNAWAY_CTE = (
@@ -291,3 +294,13 @@ def test_rows_within_the_bound_still_come_back(school_db):
     union = "SELECT zeroblob(30000), 1 UNION ALL SELECT zeroblob(30000), 2"
     assert execute(school_db, union, max_bytes=100_000).ok
     assert not execute(school_db, union.replace("30000", "60000"), max_bytes=100_000).ok
+
+
+@pytest.mark.parametrize("timeout", [math.nan, math.inf, -math.inf, 0, -1, "soon", None])
+def test_a_timeout_must_be_finite_and_positive(school_db, timeout):
+    with pytest.raises(ConfigError, match="finite number of seconds > 0"):
+        execute(school_db, "SELECT 1", timeout_s=timeout)
+    conn = open_sandboxed(school_db)
+    with pytest.raises(ConfigError):
+        run_with_deadline(conn, "SELECT 1", time.monotonic(), timeout, 10, 10_000)
+    conn.close()

@@ -108,6 +108,14 @@ def test_unknown_mode_fails_before_any_work(executor, school_db):
         executor.match_many([(school_db, "SELECT 1", "SELECT 1")], "approximately")
 
 
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0, -2])
+def test_a_bad_timeout_is_refused_before_any_worker_starts(timeout):
+    from acesql.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="finite number of seconds > 0"):
+        BatchExecutor(workers=0, timeout_s=timeout)
+
+
 def test_stuck_worker_is_replaced(school_db):
     with BatchExecutor(workers=1, timeout_s=30) as ex:
         ex.hard_deadline_s = 0.5  # stands in for a worker wedged outside SQLite

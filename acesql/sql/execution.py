@@ -14,8 +14,9 @@ What the sandbox does:
   SQLite authorizes a statement that uses one as an UPDATE of `sqlite_master`, and the
   authorizer makes no exception to refusing writes;
 - accepts exactly one statement, starting with SELECT, WITH or VALUES;
-- enforces a wall-clock deadline through SQLite's progress handler, which interrupts the
-  virtual machine itself (no thread left burning a core after the timeout);
+- enforces a wall-clock deadline (a finite number of seconds > 0, else ConfigError) through
+  SQLite's progress handler, which interrupts the virtual machine itself (no thread left
+  burning a core after the timeout);
 - bounds the bytes of a result row before it exists: each query's SQLite length limit
   (`SQLITE_LIMIT_LENGTH`) is `max_bytes` divided by its number of columns (1 KiB at least),
   so no value, and no row, grows past that inside SQLite, nor later in Python;
@@ -28,11 +29,14 @@ are trusted, the SQL is not).
 
 from __future__ import annotations
 
+import math
 import re
 import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from acesql.errors import ConfigError
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_ROWS = 100_000
@@ -147,6 +151,24 @@ def open_sandboxed(
     return conn
 
 
+def check_timeout(timeout_s) -> float:
+    """`timeout_s` as a float, or ConfigError unless it is a finite number of seconds > 0.
+
+    NaN and infinity would disable the deadline (`monotonic() > nan` is never true), and
+    0 or less would time out every query before it starts.
+
+    >>> check_timeout(2)
+    2.0
+    """
+    try:
+        value = float(timeout_s)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"timeout must be a finite number of seconds > 0, got {timeout_s!r}")
+    return value
+
+
 def execute(
     db: str | Path | sqlite3.Connection,
     sql: str,
@@ -156,9 +178,12 @@ def execute(
 ) -> ExecResult:
     """Run one untrusted SQL statement on `db` (a path, or a connection from `open_sandboxed`).
 
+    A timeout that is not a finite number of seconds > 0 raises ConfigError.
+
     >>> execute(":no-such-file:", "SELECT 1").ok
     False
     """
+    timeout_s = check_timeout(timeout_s)
     start = time.monotonic()
     problem = statement_problem(sql)
     if problem:
@@ -181,6 +206,7 @@ def run_with_deadline(conn, sql, start, timeout_s, max_rows, max_bytes) -> ExecR
     Text is decoded as UTF-8; a database holding invalid UTF-8 is read again with the bad
     bytes replaced (the strict decoder is much faster, so it goes first).
     """
+    timeout_s = check_timeout(timeout_s)
     result = _run(conn, sql, start, timeout_s, max_rows, max_bytes)
     if result.error and "Could not decode to UTF-8" in result.error:
         conn.text_factory = decode_text

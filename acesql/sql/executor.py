@@ -31,6 +31,7 @@ from acesql.sql.execution import (
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT_S,
     ExecResult,
+    check_timeout,
     open_sandboxed,
     run_with_deadline,
     statement_problem,
@@ -180,8 +181,9 @@ class BatchExecutor:
         self.n_workers = (os.cpu_count() or 1) if workers is None else int(workers)
         if self.n_workers < 0:
             raise ValueError(f"workers must be >= 0, got {workers}")
+        timeout_s = check_timeout(timeout_s)  # at once, not in a worker at the first job
         self.settings = dict(
-            timeout_s=float(timeout_s),
+            timeout_s=timeout_s,
             max_rows=int(max_rows),
             max_bytes=int(max_bytes),
             gold_cache_size=int(gold_cache_size),
