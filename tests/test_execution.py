@@ -1,10 +1,13 @@
 """The sandbox: results as data, a real deadline, caps, and database files never modified."""
 
 import hashlib
+import json
 import math
+import os
 import shutil
 import sqlite3
 import sys
+import threading
 import time
 import tracemalloc
 
@@ -304,3 +307,57 @@ def test_a_timeout_must_be_finite_and_positive(school_db, timeout):
     with pytest.raises(ConfigError):
         run_with_deadline(conn, "SELECT 1", time.monotonic(), timeout, 10, 10_000)
     conn.close()
+
+
+def test_a_fifo_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "db.sqlite"
+    os.mkfifo(fifo)
+    box = []
+    worker = threading.Thread(target=lambda: box.append(execute(fifo, "SELECT 1")), daemon=True)
+    worker.start()
+    worker.join(5)
+    if worker.is_alive():  # unblock the open() that hangs, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("opening a FIFO hung")
+    assert not box[0].ok and "not a regular file" in box[0].error
+
+
+def _wal_db(path):
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE t (a)")
+    conn.execute("INSERT INTO t VALUES (1), (2)")
+    conn.commit()
+    return conn
+
+
+def test_a_wal_database_is_read_without_side_files(tmp_path):
+    from acesql.sql.schema import Schema
+
+    db = tmp_path / "wal.sqlite"
+    _wal_db(db).close()  # the last connection checkpoints and removes -wal and -shm
+    assert [p.name for p in tmp_path.iterdir()] == ["wal.sqlite"]
+    assert execute(db, "SELECT count(*) FROM t").rows == [(2,)]
+    conn = open_sandboxed(db)
+    assert execute(conn, "SELECT sum(a) FROM t").rows == [(3,)]
+    conn.close()
+    assert Schema.from_sqlite(db).column("t.a") is not None
+    assert [p.name for p in tmp_path.iterdir()] == ["wal.sqlite"]
+
+
+def test_a_wal_database_in_use_shows_its_latest_rows(tmp_path):
+    db = tmp_path / "wal.sqlite"
+    writer = _wal_db(db)  # stays open: rows in the -wal file, not yet in the database file
+    writer.execute("INSERT INTO t VALUES (3)")
+    writer.commit()
+    assert execute(db, "SELECT count(*) FROM t").rows == [(3,)]
+    writer.close()
+
+
+def test_result_values_are_valid_and_distinct_json(school_db):
+    sql = "SELECT 1e999, -1e999, X'4142', 'b''AB''', NULL, 1.5, 'x', 7"
+    result = execute(school_db, sql)
+    assert result.ok
+    row = result.to_dict()["rows"][0]
+    assert row == [{"real": "inf"}, {"real": "-inf"}, {"blob": "4142"}, "b'AB'", None, 1.5, "x", 7]
+    json.dumps(result.to_dict(), allow_nan=False)

@@ -6,6 +6,9 @@ and `timed_out` say what happened.
 What the sandbox does:
 - opens the file read-only (`mode=ro` URI) with `PRAGMA query_only`, so SQLite itself refuses
   to change the database;
+- opens regular files only (a FIFO or a device would block the open or never end), and a
+  WAL-mode database that has no `-wal`/`-shm` files beside it as immutable, so reading it
+  leaves none behind (a read-only connection cannot remove the ones it creates);
 - installs an authorizer that allows only reading: SELECT, reads of tables and views,
   recursive CTEs and the functions of `ALLOWED_FUNCTIONS`; it refuses writes, schema changes,
   ATTACH/DETACH, transactions, every PRAGMA and every other function (`REFUSED_FUNCTIONS`
@@ -30,8 +33,10 @@ are trusted, the SQL is not).
 from __future__ import annotations
 
 import math
+import os
 import re
 import sqlite3
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,10 +123,16 @@ class ExecResult:
     truncated: bool = False
 
     def to_dict(self) -> dict:
+        """A JSON-ready dict whose values cannot be mistaken for one another.
+
+        A BLOB becomes `{"blob": "<hex>"}` and an infinite REAL `{"real": "inf"}` (or
+        `"-inf"`, `"nan"`): JSON has no bytes and no infinity, and as strings they would read
+        like TEXT. Every other value (NULL, INTEGER, finite REAL, TEXT) is itself.
+        """
         return {
             "ok": self.ok,
             "columns": self.columns,
-            "rows": [list(r) for r in self.rows],
+            "rows": [[_json_value(v) for v in r] for r in self.rows],
             "error": self.error,
             "timed_out": self.timed_out,
             "elapsed_s": round(self.elapsed_s, 6),
@@ -132,9 +143,14 @@ class ExecResult:
 def open_readonly(path: str | Path) -> sqlite3.Connection:
     """A read-only connection to a SQLite file, with `query_only` on.
 
-    It refuses to create a missing file (sqlite3.OperationalError).
+    It refuses to create a missing file, and to open anything but a regular file
+    (sqlite3.OperationalError). A WAL-mode file without `-wal`/`-shm` beside it opens as
+    immutable: SQLite would otherwise create both and, read-only, could not remove them.
     """
-    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    path = Path(path).resolve()
+    uri = path.as_uri() + "?mode=ro"
+    if _wal_without_side_files(path):
+        uri += "&immutable=1"
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA query_only = ON")
     return conn
@@ -298,6 +314,31 @@ def _bound_row_size(conn, sql, max_bytes) -> None:
     except (sqlite3.Error, sqlite3.Warning, ValueError):
         pass
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _length_limit(max_bytes, n_columns))
+
+
+def _wal_without_side_files(path: Path) -> bool:
+    """Whether `path` is a WAL-mode database with no `-wal`/`-shm` file; OperationalError if
+    it is no regular file. The header is read without blocking, so a FIFO fails at once."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise sqlite3.OperationalError(f"unable to open database file: {exc}") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise sqlite3.OperationalError(f"not a regular file: {path}")
+        header = os.read(fd, 20)
+    finally:
+        os.close(fd)
+    wal = len(header) == 20 and header[18] == header[19] == 2  # file format versions 2: WAL
+    return wal and not any(Path(f"{path}{end}").exists() for end in ("-wal", "-shm"))
+
+
+def _json_value(value):
+    if isinstance(value, bytes):
+        return {"blob": value.hex()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"real": str(value)}
+    return value
 
 
 def _row_bytes(row) -> int:
