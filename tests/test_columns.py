@@ -42,7 +42,9 @@ def test_columns_of_every_spider_dev_gold(spider_dir):
         ("SELECT a FROM (SELECT a FROM t ORDER BY a LIMIT 3)", False),
         ("SELECT a FROM t UNION SELECT b FROM u ORDER BY 1", True),
         ("not sql at all order by", True),
+        ("SELECT " + "(" * 300 + "a" + ")" * 300 + " FROM t ORDER BY a", True),  # too deep
     ],
+    ids=lambda v: str(v)[:40],
 )
 def test_has_order_by(sql, ordered):
     assert has_order_by(sql) is ordered

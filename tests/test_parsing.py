@@ -2,7 +2,8 @@
 
 import pytest
 
-from acesql.sql.parsing import parse_columns, parse_sql, strip_think
+from acesql.models.engine import Completion
+from acesql.sql.parsing import format_ok, parse_columns, parse_sql, strip_think
 from acesql.sql.voting import vote_columns
 
 
@@ -77,6 +78,47 @@ def test_parse_columns(text, columns, unknown, ok, schemas):
     got = parse_columns(text, schemas["school"])
     assert (got.columns, got.unknown, got.ok) == (columns, unknown, ok)
     assert (got.error is None) is ok
+
+
+LONG = 100_000
+
+
+# a guard, not a measure: each parses in milliseconds, backtracking took minutes (the thread
+# method, as a signal cannot stop the regex engine)
+@pytest.mark.timeout(10, method="thread")
+@pytest.mark.parametrize(
+    "text, columns, n_unknown",
+    [
+        ("```\n[" + "student.name, " * (LONG // 14) + "course.title]\n```", 2, 0),
+        ("```json\n[" + "a." * (LONG // 2) + "]", 0, 1),  # one item of 50k dots
+        ("```" + "x" * LONG + "\n[student.age]", 1, 0),  # a fence never closed
+        ("``` " + " " * LONG + "[student.age]", 1, 0),
+        ("[" * LONG + "student.age]", 1, 0),
+        ("<think>" * (LONG // 7) + "[student.age]", 0, None),  # an unclosed thought hides all
+    ],
+    ids=["long-list", "dots", "open-fence-letters", "open-fence-blanks", "brackets", "thinks"],
+)
+def test_parse_columns_of_a_100k_character_output(schemas, text, columns, n_unknown):
+    assert len(text) >= LONG
+    got = parse_columns(text, schemas["school"])
+    assert len(got.columns) == columns and got.ok is (n_unknown is not None)
+    if n_unknown is not None:
+        assert len(got.unknown) == n_unknown
+    if columns == 2:
+        assert got.columns == ("student.name", "course.title")
+
+
+@pytest.mark.timeout(10, method="thread")
+def test_parse_sql_of_a_100k_character_output():
+    select = "SELECT name FROM student"
+    assert parse_sql("```sql\n" + select + " " * LONG) == select
+    assert parse_sql("```" + "x" * LONG) is None
+    assert parse_sql("``` " + " " * LONG + "\n" + select) == select
+    assert parse_sql("```" + "x" * LONG + "\n" + select) == select
+    thoughts = "</think>" * (LONG // 8)
+    assert not format_ok(Completion(thoughts, finish_reason="stop"), "generator", True)
+    done = Completion(thoughts + "```sql\n" + select + "\n```", finish_reason="stop")
+    assert format_ok(done, "generator", True)
 
 
 # (samples, threshold, expected columns, empty): the cutoff is ceil(threshold x N) over all

@@ -34,6 +34,9 @@ def parse_query(sql: str) -> exp.Expression:
         statements = [s for s in sqlglot.parse(sql, read="sqlite") if s is not None]
     except SqlglotError as exc:
         raise SqlParseError(f"cannot parse SQL: {_first_line(exc)}") from exc
+    except Exception as exc:  # noqa: BLE001 - model output must fail as data, never crash
+        # e.g. RecursionError: sqlglot recurses once per nested parenthesis
+        raise SqlParseError(f"cannot parse SQL: {_describe(exc)}") from exc
     if len(statements) != 1:
         raise SqlParseError(f"expected one statement, found {len(statements)}")
     tree = statements[0]
@@ -52,24 +55,29 @@ def extract_columns(sql: str, schema: Schema) -> frozenset[str]:
     """
     tree = parse_query(sql)
     mapping = schema.sqlglot_mapping()
-    _literalize_unknown_quoted(tree, mapping)
     try:
-        qualified = qualify(
-            tree,
-            schema=mapping,
-            dialect="sqlite",
-            validate_qualify_columns=True,
-            quote_identifiers=False,
-        )
-        scopes = traverse_scope(qualified)
+        return _columns(tree, mapping)
     except SqlglotError as exc:
         raise SqlParseError(
             f"cannot resolve SQL against {schema.db_id}: {_first_line(exc)}"
         ) from exc
-    except (KeyError, ValueError, AttributeError, TypeError) as exc:
-        raise SqlParseError(f"cannot resolve SQL against {schema.db_id}: {exc!r}") from exc
+    except Exception as exc:  # noqa: BLE001 - model output must fail as data, never crash
+        # sqlglot's optimizer raises KeyError, ValueError, ... on odd trees, and
+        # RecursionError on deep ones
+        raise SqlParseError(f"cannot resolve SQL against {schema.db_id}: {_describe(exc)}") from exc
+
+
+def _columns(tree: exp.Expression, mapping: dict) -> frozenset[str]:
+    _literalize_unknown_quoted(tree, mapping)
+    qualified = qualify(
+        tree,
+        schema=mapping,
+        dialect="sqlite",
+        validate_qualify_columns=True,
+        quote_identifiers=False,
+    )
     found = set()
-    for scope in scopes:
+    for scope in traverse_scope(qualified):
         for column in scope.columns:
             source = _source_of(scope, column.table)
             known = isinstance(source, exp.Table) and column.name.lower() in mapping.get(
@@ -117,6 +125,10 @@ def _literalize_unknown_quoted(tree: exp.Expression, mapping: dict) -> None:
         name = ident.name.lower()
         if name not in names and name not in aliases:
             column.replace(exp.Literal.string(ident.name))
+
+
+def _describe(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {_first_line(exc)}"[:200]
 
 
 def _first_line(exc: Exception) -> str:

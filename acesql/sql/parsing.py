@@ -14,11 +14,16 @@ from acesql.sql.schema import Schema
 
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.S | re.I)
 _STRAY_CLOSE = re.compile(r"^.*?</think>", re.S | re.I)
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?(.*?)```", re.S)
-_OPEN_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*)$", re.S)
-_BARE_SQL = re.compile(r"(?im)^[ \t]*((?:SELECT|WITH)\b.*)")
-_LIST = re.compile(r"\[([^\[\]]*)\]", re.S)
-_THOUGHT_THEN_SQL = re.compile(r"</think>.*```(?:sql|sqlite)[ \t]*\n.*?```", re.S | re.I)
+# Possessive quantifiers (`*+`, `?+`) keep the parsers linear: with backtracking, an unclosed
+# fence followed by 16k letters or blanks took seconds (each shorter language name rescanned
+# the rest of the text for a closing fence). No match needs the backtracking: a language
+# name and blanks hold no backtick.
+_FENCE = re.compile(r"```[ \t]*+([A-Za-z0-9_+-]*+)[ \t]*+\n?+(.*?)```", re.S)
+_OPEN_FENCE = re.compile(r"```[ \t]*+([A-Za-z0-9_+-]*+)[ \t]*+\n(.*)$", re.S)
+_BARE_SQL = re.compile(r"(?im)^[ \t]*+((?:SELECT|WITH)\b.*)")
+_LIST = re.compile(r"\[([^\[\]]*+)\]", re.S)
+_THOUGHT = re.compile(r"</think>", re.I)
+_SQL_BLOCK = re.compile(r"```(?:sql|sqlite)[ \t]*+\n.*?```", re.S | re.I)
 
 
 def format_ok(completion, role: str, reasoning: bool) -> bool:
@@ -40,7 +45,9 @@ def format_ok(completion, role: str, reasoning: bool) -> bool:
     if completion.finish_reason == "length":
         return False
     if reasoning and role == "generator":
-        return bool(_THOUGHT_THEN_SQL.search(completion.text))
+        # a closed ```sql block somewhere after the first </think>: one scan, not one per </think>
+        thought = _THOUGHT.search(completion.text)
+        return bool(thought and _SQL_BLOCK.search(completion.text, thought.end()))
     return True
 
 
@@ -134,11 +141,14 @@ def parse_columns(text: str, schema: Schema) -> ColumnParse:
             return ColumnParse((), (), False, "no [table.column, ...] list found")
         items = lists[-1]
     columns, unknown = [], []
+    resolved: dict[str, str | None] = {}  # a degenerate output repeats one item thousands of times
     for raw in re.split(r"[,\n]", items):
         item = raw.strip()
         if not item:
             continue
-        cid = schema.resolve(item)
+        if item not in resolved:
+            resolved[item] = schema.resolve(item)
+        cid = resolved[item]
         if cid is None:
             unknown.append(item)
         elif cid not in columns:

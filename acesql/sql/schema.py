@@ -118,6 +118,10 @@ class Schema:
         parts = [p for p in parts if p]
         if not parts:
             return None
+        # more dots than any column id has: it names none, and trying every cut of a text of
+        # thousands of dots (a degenerate model output) would take quadratic time
+        if len(parts) - 1 > max((cid.count(".") for cid in self._columns), default=0):
+            return None
         for cut in range(1, len(parts)):
             cid = canonical_id(".".join(parts[:cut]), ".".join(parts[cut:]))
             if cid in self._columns:
