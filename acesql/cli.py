@@ -13,6 +13,7 @@ acesql run                       # the main job (see `acesql run --help`)
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,8 +27,19 @@ from acesql.sql.execution import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S
 MODES = click.Choice(["multiset", "bird", "spider"])
 
 
+def _json(obj) -> str:
+    """One line of JSON; text that UTF-8 cannot encode (a lone surrogate, which a `\\ud800`
+    escape in a predictions file gives) is written as `\\u` escapes instead of crashing."""
+    text = json.dumps(obj, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj, ensure_ascii=True, default=str)
+    return text
+
+
 def _print(obj) -> None:
-    click.echo(json.dumps(obj, ensure_ascii=False, default=str))
+    click.echo(_json(obj))
 
 
 def _db_option(f):
@@ -577,11 +589,18 @@ def remote_setup(url, endpoint_url, name, repo, params_path):
 
 
 def _write_jsonl(path, rows) -> None:
+    """Write rows as JSON lines, whole or not at all (a temporary file renamed into place)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(_json(row) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def main() -> None:

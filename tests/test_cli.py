@@ -161,3 +161,38 @@ def test_pool_replay_cli_bad_input(tmp_path):
     events.write_text('{"question": "q", "matched": [["t.a"]]}\nnot json\n')
     result = acesql("pool", "replay", "--events", events, check=False)
     assert result.returncode == 2 and "line 2: not JSON" in result.stderr
+
+
+def test_evaluate_sql_with_a_lone_surrogate_and_with_bad_utf8(sample_dir, tmp_path):
+    questions = json.loads((sample_dir / "dev.json").read_text())
+    lines = [json.dumps({"index": i, "sql": q["query"]}) for i, q in enumerate(questions)]
+    lines[2] = '{"index": 2, "sql": "SELECT \'\\ud800\'"}'  # a JSON escape of a lone surrogate
+    preds, out = tmp_path / "preds.jsonl", tmp_path / "rows.jsonl"
+    preds.write_text("\n".join(lines))
+    base = ["evaluate-sql", "--dataset", sample_dir, "--format", "spider", "--workers", "0"]
+    proc = acesql(*base, "--predictions", preds, "--out", out, "--no-progress")
+    assert json.loads(proc.stdout)["n"] == len(questions)
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == len(questions)
+    assert rows[2]["pred"] == "SELECT '\ud800'" and rows[2]["match"] is False
+
+    preds.write_bytes(b'{"index": 0, "sql": "SELECT \xff"}\n')
+    out.unlink()
+    proc = acesql(*base, "--predictions", preds, "--out", out, check=False)
+    assert proc.returncode == 2 and "not UTF-8" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_rows_file_is_written_whole_or_not_at_all(tmp_path):
+    from acesql.cli import _write_jsonl
+
+    out = tmp_path / "rows.jsonl"
+    out.write_text("old\n")
+
+    def rows():
+        yield {"a": 1}
+        raise RuntimeError("killed mid-way")
+
+    with pytest.raises(RuntimeError):
+        _write_jsonl(out, rows())
+    assert out.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["rows.jsonl"]

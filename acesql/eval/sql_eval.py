@@ -21,9 +21,11 @@ def load_predictions(path: str | Path) -> dict[int, str]:
     """Read predictions into `{index: sql}`, from JSON lines or a BIRD mapping."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise DataError(f"predictions file not found: {path}") from exc
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
     if text.lstrip().startswith("{"):
         try:
             mapping = json.loads(text)
