@@ -22,9 +22,11 @@ import click
 
 from acesql.data.loaders import LOADERS
 from acesql.errors import AcesqlError
-from acesql.sql.execution import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S
+from acesql.sql.execution import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, check_timeout
 
 MODES = click.Choice(["multiset", "bird", "spider"])
+COUNT = click.IntRange(min=1)
+NON_NEGATIVE = click.IntRange(min=0)
 
 
 def _json(obj) -> str:
@@ -42,14 +44,50 @@ def _print(obj) -> None:
     click.echo(_json(obj))
 
 
+def _regular_file(ctx, param, value):
+    # click.Path(exists=True) lets a FIFO through, and opening one blocks until a writer comes
+    if value is not None and not os.path.isfile(value):
+        raise click.BadParameter(f"{value!r} is not a regular file.")
+    return value
+
+
 def _db_option(f):
     return click.option(
         "--db",
         "db",
         required=True,
         type=click.Path(exists=True, dir_okay=False),
+        callback=_regular_file,
         help="SQLite database file.",
     )(f)
+
+
+def _timeout(ctx, param, value):
+    try:
+        return check_timeout(value)  # NaN, infinity or <= 0 would break the deadline
+    except AcesqlError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _timeout_option(f):
+    return click.option(
+        "--timeout",
+        "timeout_s",
+        default=DEFAULT_TIMEOUT_S,
+        show_default=True,
+        type=float,
+        callback=_timeout,
+        help="Seconds before SQLite is interrupted.",
+    )(f)
+
+
+def _model_folder(ctx, param, value):
+    # a path that does not exist would otherwise be looked up on the hub, slowly and with a
+    # confusing error; a bare name (no slash, no leading dot) may still be a hub id
+    looks_like_path = value is not None and ("/" in value or os.sep in value or value[:1] in ".~")
+    if looks_like_path and not os.path.isdir(os.path.expanduser(value)):
+        raise click.BadParameter(f"no such model folder: {value}")
+    return value
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,24 +104,20 @@ def sql():
 
 @sql.command("exec")
 @_db_option
-@click.option(
-    "--timeout",
-    "timeout_s",
-    default=DEFAULT_TIMEOUT_S,
-    show_default=True,
-    type=float,
-    help="Seconds before SQLite is interrupted.",
-)
+@_timeout_option
 @click.option(
     "--max-rows",
     default=DEFAULT_MAX_ROWS,
     show_default=True,
-    type=int,
+    type=COUNT,
     help="Rows kept from the result.",
 )
 @click.argument("query")
 def sql_exec(db, timeout_s, max_rows, query):
-    """Execute QUERY and print the result object (exit 0 even when the SQL fails)."""
+    """Execute QUERY and print the result object (exit 0 even when the SQL fails).
+
+    A BLOB value prints as {"blob": "<hex>"}, an infinite REAL as {"real": "inf"}.
+    """
     from acesql.sql.execution import execute
 
     _print(execute(db, query, timeout_s=timeout_s, max_rows=max_rows).to_dict())
@@ -111,7 +145,7 @@ def sql_columns(db, query):
 @click.option("--mode", type=MODES, default="multiset", show_default=True)
 @click.option("--pred", required=True, help="Predicted SQL.")
 @click.option("--gold", required=True, help="Gold SQL.")
-@click.option("--timeout", "timeout_s", default=DEFAULT_TIMEOUT_S, show_default=True, type=float)
+@_timeout_option
 def sql_match(db, mode, pred, gold, timeout_s):
     """Execute PRED and GOLD and print {"match": ..., "reason": ...}."""
     from acesql.sql.columns import has_order_by
@@ -130,7 +164,9 @@ def sql_match(db, mode, pred, gold, timeout_s):
 @sql.command("schema")
 @_db_option
 @click.option("--columns", "columns", multiple=True, help="Keep only these table.column ids.")
-@click.option("--samples", default=3, show_default=True, help="Sample values per column.")
+@click.option(
+    "--samples", default=3, show_default=True, type=NON_NEGATIVE, help="Sample values per column."
+)
 def sql_schema(db, columns, samples):
     """Print the schema as rendered for prompts, whole or pruned to --columns."""
     from acesql.sql.schema import Schema
@@ -147,8 +183,10 @@ def data():
 
 @data.command("synth")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder.")
-@click.option("--dbs", "n_databases", default=50, show_default=True, help="Databases in all.")
-@click.option("--questions-per-db", default=40, show_default=True)
+@click.option(
+    "--dbs", "n_databases", default=50, show_default=True, type=COUNT, help="Databases in all."
+)
+@click.option("--questions-per-db", default=40, show_default=True, type=COUNT)
 @click.option("--seed", default=0, show_default=True)
 @click.option(
     "--profile",
@@ -165,7 +203,9 @@ def data():
 )
 @click.option("--dev-fraction", default=0.1, show_default=True)
 @click.option("--ood-fraction", default=0.1, show_default=True)
-@click.option("--workers", default=1, show_default=True, help="Processes building databases.")
+@click.option(
+    "--workers", default=1, show_default=True, type=COUNT, help="Processes building databases."
+)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def data_synth(
     out,
@@ -212,8 +252,13 @@ def data_synth(
     help='JSON lines {"index": i, "sql": ...} or BIRD predict_dev.json.',
 )
 @click.option("--mode", type=MODES, default="multiset", show_default=True)
-@click.option("--workers", type=int, default=None, help="SQL worker processes [one per core].")
-@click.option("--timeout", "timeout_s", default=DEFAULT_TIMEOUT_S, show_default=True, type=float)
+@click.option(
+    "--workers",
+    type=NON_NEGATIVE,
+    default=None,
+    help="SQL worker processes [one per core]; 0: in this process.",
+)
+@_timeout_option
 @click.option(
     "--out", type=click.Path(dir_okay=False), help="Write per-example results (JSON lines)."
 )
@@ -237,16 +282,19 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
 
 
 @cli.command("eval")
-@click.option("--model", help="Model folder (or models/base with its redirect).")
+@click.option(
+    "--model", callback=_model_folder, help="Model folder (or models/base with its redirect)."
+)
 @click.option("--dataset", type=click.Path(exists=True, file_okay=False))
 @click.option("--format", "fmt", type=click.Choice(sorted(DEFAULT_MODE)))
 @click.option("--split", default="dev", show_default=True)
-@click.option("--limit", type=int, default=None, help="Questions, spread over databases.")
+@click.option("--limit", type=COUNT, default=None, help="Questions, spread over databases.")
 @click.option("--mode", type=MODES, default=None, help="Match mode [by format].")
 @click.option(
     "--retriever-samples",
     default=1,
     show_default=True,
+    type=COUNT,
     help="1: greedy retriever; n: n samples voted.",
 )
 @click.option(
@@ -257,19 +305,29 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     help="When the retriever selects no column: an empty schema (the paper) or the whole one.",
 )
 @click.option(
-    "--maj-k", default=0, show_default=True, help="maj@k: generator samples voted; 0: off."
+    "--maj-k",
+    default=0,
+    show_default=True,
+    type=NON_NEGATIVE,
+    help="maj@k: generator samples voted; 0: off.",
 )
 @click.option("--maj-temperature", default=1.0, show_default=True)
 @click.option("--reasoning/--no-reasoning", default=False, show_default=True)
-@click.option("--sample-values", default=0, show_default=True, help="Per column in schemas.")
+@click.option(
+    "--sample-values",
+    default=0,
+    show_default=True,
+    type=NON_NEGATIVE,
+    help="Per column in schemas.",
+)
 @click.option(
     "--engine",
     type=click.Choice(["transformers", "vllm"]),
     default="transformers",
     show_default=True,
 )
-@click.option("--batch-size", default=8, show_default=True)
-@click.option("--max-new-tokens", default=256, show_default=True)
+@click.option("--batch-size", default=8, show_default=True, type=COUNT)
+@click.option("--max-new-tokens", default=256, show_default=True, type=COUNT)
 @click.option(
     "--bf16/--no-bf16",
     default=None,
@@ -287,6 +345,7 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     "--chunk-size",
     default=16,
     show_default=True,
+    type=COUNT,
     help="With --out: questions saved at a time (what a kill can lose).",
 )
 @click.option(
@@ -411,7 +470,12 @@ def evaluate_model(
 @click.option(
     "--out", type=click.Path(file_okay=False), default="results/sql-eval", show_default=True
 )
-@click.option("--workers", type=int, default=None, help="SQL worker processes [one per core].")
+@click.option(
+    "--workers",
+    type=NON_NEGATIVE,
+    default=None,
+    help="SQL worker processes [one per core]; 0: in this process.",
+)
 def run(spider, out, workers):
     """The main job: score the gold SQL of a dataset as predictions in every match mode.
 

@@ -1,6 +1,7 @@
 """The `acesql` command line, run as a user would run it."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -163,6 +164,50 @@ def test_pool_replay_cli_bad_input(tmp_path):
     assert result.returncode == 2 and "line 2: not JSON" in result.stderr
 
 
+def _strict_json(text):
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_sql_exec_prints_valid_json_that_tells_values_apart(school_db):
+    sql = "SELECT 1e999, -1e999, X'4142', 'b''AB''', NULL"
+    out = _strict_json(acesql("sql", "exec", "--db", school_db, sql).stdout)
+    assert out["rows"] == [[{"real": "inf"}, {"real": "-inf"}, {"blob": "4142"}, "b'AB'", None]]
+
+
+def test_sql_columns_of_deeply_nested_sql_is_an_error_not_a_crash(school_db):
+    sql = "SELECT " + "(" * 48 + "age" + ")" * 48 + " FROM student"
+    proc = acesql("sql", "columns", "--db", school_db, sql, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "RecursionError" in json.loads(proc.stdout)["error"]
+
+
+@pytest.mark.parametrize("command", ["exec", "match"])
+@pytest.mark.parametrize("timeout", ["nan", "inf", "0", "-1"])
+def test_sql_timeout_must_be_finite_and_positive(school_db, command, timeout):
+    from click.testing import CliRunner
+
+    args = ["SELECT 1"] if command == "exec" else ["--pred", "SELECT 1", "--gold", "SELECT 1"]
+    result = CliRunner().invoke(
+        cli, ["sql", command, "--db", str(school_db), "--timeout", timeout, *args]
+    )
+    assert result.exit_code == 2 and "finite number of seconds > 0" in result.output
+
+
+def test_a_fifo_as_database_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "db.sqlite"
+    os.mkfifo(fifo)
+    proc = subprocess.run(
+        [sys.executable, "-m", "acesql.cli", "sql", "exec", "--db", str(fifo), "SELECT 1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr
+
+
 def test_evaluate_sql_with_a_lone_surrogate_and_with_bad_utf8(sample_dir, tmp_path):
     questions = json.loads((sample_dir / "dev.json").read_text())
     lines = [json.dumps({"index": i, "sql": q["query"]}) for i, q in enumerate(questions)]
@@ -196,3 +241,54 @@ def test_rows_file_is_written_whole_or_not_at_all(tmp_path):
     with pytest.raises(RuntimeError):
         _write_jsonl(out, rows())
     assert out.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["rows.jsonl"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--workers", "-1"],
+        ["evaluate-sql", "--workers", "-1"],
+        ["eval", "--chunk-size", "0"],
+        ["eval", "--chunk-size", "-1"],
+        ["eval", "--retriever-samples", "0"],
+        ["eval", "--max-new-tokens", "0"],
+        ["eval", "--limit", "0"],
+        ["eval", "--limit", "-3"],
+        ["eval", "--maj-k", "-2"],
+        ["eval", "--batch-size", "0"],
+        ["data", "synth", "--dbs", "0"],
+        ["sql", "exec", "--max-rows", "-1"],
+    ],
+    ids=" ".join,
+)
+def test_bad_counts_are_one_line_errors(args, sample_dir, school_db, tmp_path):
+    from click.testing import CliRunner
+
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text("")
+    rest = {
+        "run": ["--spider", str(sample_dir), "--out", str(tmp_path / "out")],
+        "evaluate-sql": ["--dataset", str(sample_dir), "--format", "spider"]
+        + ["--predictions", str(preds)],
+        "eval": ["--model", str(tmp_path), "--dataset", str(sample_dir), "--format", "spider"],
+        "data": ["--out", str(tmp_path / "synth")],
+        "sql": ["--db", str(school_db), "SELECT 1"],
+    }[args[0]]
+    result = CliRunner().invoke(cli, [*args, *rest])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{args[-2]}'" in result.output
+
+
+@pytest.mark.parametrize("model", ["./no-such-model", "models/no-such", "~/no-such-model"])
+def test_a_missing_model_folder_is_a_local_error(model, sample_dir):
+    from click.testing import CliRunner
+
+    args = ["eval", "--model", model, "--dataset", str(sample_dir), "--format", "spider"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2 and "no such model folder" in result.output
+
+
+def test_a_bare_model_name_may_still_be_a_hub_id():
+    from acesql.cli import _model_folder
+
+    assert _model_folder(None, None, "gpt2") == "gpt2"
