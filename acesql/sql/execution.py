@@ -308,9 +308,14 @@ def _bound_row_size(conn, sql, max_bytes) -> None:
     """
     n_columns = 1
     try:
-        for row in conn.execute("EXPLAIN " + sql):
-            if row[1] == "ResultRow":
-                n_columns = max(n_columns, row[3])
+        cursor = conn.execute("EXPLAIN " + sql)
+        try:
+            for row in cursor:
+                if row[1] == "ResultRow":  # every ResultRow of a query has its width as P2
+                    n_columns = max(n_columns, row[3])
+                    break
+        finally:
+            cursor.close()
     except (sqlite3.Error, sqlite3.Warning, ValueError):
         pass
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _length_limit(max_bytes, n_columns))
