@@ -22,7 +22,7 @@ import click
 
 from acesql.data.loaders import LOADERS
 from acesql.errors import AcesqlError
-from acesql.sql.execution import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, check_timeout
+from acesql.sql.sandbox import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, check_timeout
 
 MODES = click.Choice(["multiset", "bird", "spider"])
 COUNT = click.IntRange(min=1)
@@ -118,7 +118,7 @@ def sql_exec(db, timeout_s, max_rows, query):
 
     A BLOB value prints as {"blob": "<hex>"}, an infinite REAL as {"real": "inf"}.
     """
-    from acesql.sql.execution import execute
+    from acesql.sql.sandbox import execute
 
     _print(execute(db, query, timeout_s=timeout_s, max_rows=max_rows).to_dict())
 
@@ -149,8 +149,8 @@ def sql_columns(db, query):
 def sql_match(db, mode, pred, gold, timeout_s):
     """Execute PRED and GOLD and print {"match": ..., "reason": ...}."""
     from acesql.sql.columns import has_order_by
-    from acesql.sql.execution import execute
     from acesql.sql.matching import execution_match
+    from acesql.sql.sandbox import execute
 
     result = execution_match(
         execute(db, pred, timeout_s=timeout_s),
@@ -267,7 +267,7 @@ def evaluate_sql(dataset, fmt, split, predictions, mode, workers, timeout_s, out
     """Score a predictions file by execution accuracy; print the summary."""
     from acesql.data.loaders import load_dataset
     from acesql.eval.sql_eval import evaluate_predictions, load_predictions
-    from acesql.sql.executor import BatchExecutor
+    from acesql.sql.batch_executor import BatchExecutor
 
     data = load_dataset(dataset, fmt, split)
     preds = load_predictions(predictions)
@@ -407,12 +407,12 @@ def evaluate_model(
         raise click.UsageError(f"missing {', '.join(missing)} (or use --compare A B)")
     from acesql.data.filtering import filter_examples
     from acesql.data.loaders import load_dataset
-    from acesql.eval.pipeline import evaluate_examples
+    from acesql.eval.end_to_end import evaluate_examples
     from acesql.eval.runner import evaluate_to_folder
     from acesql.models.base_model import load_tokenizer
     from acesql.models.engine import load_engine
     from acesql.models.prompts import PromptBuilder
-    from acesql.sql.executor import BatchExecutor
+    from acesql.sql.batch_executor import BatchExecutor
 
     examples = load_dataset(dataset, fmt, split).examples
     examples = filter_examples(examples, max_examples=limit, seed=seed)
@@ -484,7 +484,7 @@ def run(spider, out, workers):
     from acesql.data.loaders import load_dataset
     from acesql.data.sample import build_sample_dataset
     from acesql.eval.sql_eval import evaluate_predictions
-    from acesql.sql.executor import BatchExecutor
+    from acesql.sql.batch_executor import BatchExecutor
 
     out = Path(out)
     root = Path(spider)

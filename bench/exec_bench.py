@@ -6,7 +6,7 @@ What it measures
     projection, flipped ORDER BY, changed aggregate, broken syntax) and checks each candidate
     against its gold query under BIRD's rule (rows compared as sets), twice:
 
-    - ours: `acesql.sql.executor.BatchExecutor.match_many(..., "bird")`, timed from the
+    - ours: `acesql.sql.batch_executor.BatchExecutor.match_many(..., "bird")`, timed from the
       creation of the executor (worker start-up included) to its shutdown;
     - baseline: the way the official BIRD evaluator works: a `multiprocessing.Pool` fed
       with one `apply_async` per (pred, gold, db) triple, a fresh `sqlite3.connect` per
@@ -15,7 +15,7 @@ What it measures
 
     Both use "spawn" processes and the same number of workers. The two sets of verdicts
     must be identical, pair by pair (exit status 1 otherwise). It also measures how far past
-    a 1 s timeout a runaway recursive query runs, through `acesql.sql.execution.execute`
+    a 1 s timeout a runaway recursive query runs, through `acesql.sql.sandbox.execute`
     and through the BatchExecutor.
 
 How to run
@@ -392,7 +392,7 @@ def run_baseline(triples: list[tuple[str, str, str]], workers: int, timeout_s: f
 
 # ------------------------------------------------------------------ ours
 def run_ours(triples: list[tuple[str, str, str]], workers: int, timeout_s: float) -> list[int]:
-    from acesql.sql.executor import BatchExecutor
+    from acesql.sql.batch_executor import BatchExecutor
 
     with BatchExecutor(workers=workers, timeout_s=timeout_s) as ex:
         verdicts = ex.match_many(triples, "bird")
@@ -400,8 +400,8 @@ def run_ours(triples: list[tuple[str, str, str]], workers: int, timeout_s: float
 
 
 def timeout_overshoot(db_path: str, tries: int = 3) -> dict:
-    from acesql.sql.execution import execute
-    from acesql.sql.executor import BatchExecutor
+    from acesql.sql.batch_executor import BatchExecutor
+    from acesql.sql.sandbox import execute
 
     direct = [execute(db_path, RUNAWAY_SQL, timeout_s=1.0) for _ in range(tries)]
     with BatchExecutor(workers=1, timeout_s=1.0) as ex:

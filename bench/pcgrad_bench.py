@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from acesql.rl.pcgrad import pcgrad_
-from acesql.rl.update import DualRoleUpdate, Sequence
+from acesql.rl.update import DualRoleUpdate, ScoredSequence
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -77,12 +77,12 @@ class PeakSampler:
         self.peak = max(self.peak, rss_bytes())
 
 
-def make_sequences(vocab: int, seed: int) -> dict[str, list[Sequence]]:
+def make_sequences(vocab: int, seed: int) -> dict[str, list[ScoredSequence]]:
     g = torch.Generator().manual_seed(seed)
 
     def seq(prompt_len, completion_len, adv):
         ids = torch.randint(10, vocab - 1, (prompt_len + completion_len,), generator=g).tolist()
-        return Sequence(ids[:prompt_len], ids[prompt_len:], adv)
+        return ScoredSequence(ids[:prompt_len], ids[prompt_len:], adv)
 
     return {
         "retriever": [seq(900 + 8 * i, 32, a) for i, a in enumerate((1.2, -0.4, -0.4, -0.4))],

@@ -89,5 +89,5 @@ def test_stage_deps_cover_its_import_closure(name):
 
 def test_the_closure_follows_imports_inside_functions():
     closure = import_closure("acesql.stages.evaluate")
-    assert Path("acesql/eval/pipeline.py") in closure
+    assert Path("acesql/eval/end_to_end.py") in closure
     assert Path("acesql/models/hf_engine.py") in closure  # imported where the engine opens

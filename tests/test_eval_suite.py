@@ -10,14 +10,14 @@ import pytest
 from acesql.data.loaders import load_dataset
 from acesql.errors import DataError
 from acesql.eval.compare import compare_table, load_evaluation
+from acesql.eval.end_to_end import evaluate_examples
+from acesql.eval.majority import majority_vote
 from acesql.eval.metrics import failure_category, summarize
-from acesql.eval.pipeline import evaluate_examples
 from acesql.eval.runner import evaluate_to_folder
 from acesql.eval.sql_eval import load_predictions, write_bird_predictions
-from acesql.eval.voting import majority_vote
 from acesql.models.engine import Completion
-from acesql.sql.execution import ExecResult
-from acesql.sql.executor import BatchExecutor
+from acesql.sql.batch_executor import BatchExecutor
+from acesql.sql.sandbox import ExecResult
 
 
 def ok(*rows):

@@ -8,7 +8,7 @@ import pytest
 from acesql.data.loaders import load_dataset
 from acesql.errors import ConfigError, DataError
 from acesql.eval.sql_eval import evaluate_predictions, load_predictions
-from acesql.sql.executor import BatchExecutor
+from acesql.sql.batch_executor import BatchExecutor
 
 
 @pytest.fixture(scope="module")

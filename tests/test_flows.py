@@ -3,7 +3,7 @@ DVC hashes on runs and the model registry.
 
 `dvc repro` is replaced by a fake that does what a stage process does for MLflow (a run
 tagged from its environment) and what DVC then does (write the stage's dvc.lock entry), so
-these tests run in a temporary project folder in seconds; tests/test_pipeline.py runs the
+these tests run in a temporary project folder in seconds; tests/test_dvc_repro.py runs the
 real thing. Each test has its own sqlite MLflow store.
 """
 

@@ -22,7 +22,7 @@ from acesql.models.engine import Completion
 from acesql.rl.pool import EmpiricalPool
 from acesql.rl.rollout import question_key
 from acesql.rl.trainer import GrpoTrainer, question_order
-from acesql.rl.update import Sequence
+from acesql.rl.update import ScoredSequence
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +69,12 @@ class ScriptedEngine:
 
 SEQS = {  # hand-made sequences for the update: prompt ids, completion ids, advantage
     "retriever": [
-        Sequence(list(range(5, 30)), [40 + i, 41, 42][: 1 + i], a)
+        ScoredSequence(list(range(5, 30)), [40 + i, 41, 42][: 1 + i], a)
         for i, a in enumerate((1.0, -0.5, -0.5))
     ],
-    "generator": [Sequence(list(range(7, 19)), [50, 51 + i], a) for i, a in enumerate((0.7, -0.7))],
+    "generator": [
+        ScoredSequence(list(range(7, 19)), [50, 51 + i], a) for i, a in enumerate((0.7, -0.7))
+    ],
 }
 
 
@@ -271,7 +273,7 @@ def test_pcgrad_switch_changes_the_update(tiny_model_dir):
     # in every tensor. PCGrad projects each gradient onto the other's normal plane, which
     # removes all of an antiparallel vector: the update is 0. The plain sum is (1 - lam) g_ret.
     same = (list(range(5, 20)), [40, 41, 42])
-    seqs = {"retriever": [Sequence(*same, 1.0)], "generator": [Sequence(*same, -1.0)]}
+    seqs = {"retriever": [ScoredSequence(*same, 1.0)], "generator": [ScoredSequence(*same, -1.0)]}
     lam = 0.5
     [g_ret, _] = _role_gradients(tiny_model_dir, seqs)
     for on in (True, False):
@@ -427,7 +429,7 @@ def test_rl_data_keeps_questions_between_the_bounds(tiny_model_dir, examples):
     from acesql.models.prompts import PromptBuilder
     from acesql.rl.data import build_rl_data
     from acesql.sft.data import SchemaCache
-    from acesql.sql.executor import BatchExecutor
+    from acesql.sql.batch_executor import BatchExecutor
 
     # question i gets i of 3 SQLs right; bounds [1, 2]: 0 is too hard, 3 too easy
     engine = CountEngine(examples, {ex.question: i for i, ex in enumerate(examples)})
@@ -589,7 +591,7 @@ def test_format_gate_in_rollouts(tiny_model_dir, examples, reasoning, text, reas
     from acesql.models.prompts import PromptBuilder
     from acesql.rl.rollout import rollout
     from acesql.sft.data import SchemaCache
-    from acesql.sql.executor import BatchExecutor
+    from acesql.sql.batch_executor import BatchExecutor
 
     prompts = PromptBuilder(load_tokenizer(tiny_model_dir), reasoning=reasoning)
     with BatchExecutor(workers=0) as executor:

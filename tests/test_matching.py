@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from acesql.errors import ConfigError
-from acesql.sql.execution import ExecResult
 from acesql.sql.matching import MATCH_MODES, execution_match
+from acesql.sql.sandbox import ExecResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = json.loads((FIXTURES / "match_cases.json").read_text())

@@ -3,8 +3,8 @@
 import pytest
 
 from acesql.models.engine import Completion
+from acesql.sql.column_vote import vote_columns
 from acesql.sql.parsing import format_ok, parse_columns, parse_sql, strip_think
-from acesql.sql.voting import vote_columns
 
 
 @pytest.mark.parametrize(

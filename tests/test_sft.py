@@ -9,7 +9,7 @@ from acesql.data.loaders import load_dataset
 from acesql.models.prompts import PromptBuilder
 from acesql.sft.data import SchemaCache, build_gold, build_self_distilled
 from acesql.sft.trainer import IGNORE, tokenize_records, train_sft
-from acesql.sql.executor import BatchExecutor
+from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.parsing import parse_columns, parse_sql
 
 

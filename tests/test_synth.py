@@ -13,7 +13,7 @@ from acesql.data.synth.generate import SynthConfig, generate_dataset, plan_datab
 from acesql.data.synth.shapes import SHAPES
 from acesql.errors import ConfigError
 from acesql.sql.columns import extract_columns
-from acesql.sql.execution import execute
+from acesql.sql.sandbox import execute
 from acesql.sql.schema import Schema
 
 

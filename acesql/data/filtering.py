@@ -1,7 +1,7 @@
 """Source filtering: choose training examples by complexity and spread them over schemas.
 
 ACE-SQL builds its SFT set by filtering SynSQL-2.5M "according to query complexity and
-schema diversity" (seed 000, section 3.2). Here that is three deterministic steps:
+schema diversity" (the ACE-SQL paper, section 3.2). Here that is three deterministic steps:
 
 1. keep usable examples whose complexity label is one of `complexities`;
 2. keep at most `max_per_db` examples of each database (a seeded sample, not the first ones,

@@ -7,7 +7,7 @@ Each score comes with the count it is a share of. Overall and per complexity lev
 - retriever: recall, precision, exact set match of the chosen columns against the gold SQL's,
   and `covers_gold` (every gold column chosen);
 - `non_gold_ratio`: share of correct pipeline predictions whose columns differ from the gold
-  SQL's (seed 000, Table 3), over the correct predictions whose columns could be resolved;
+  SQL's (the ACE-SQL paper, Table 3), over the correct predictions whose columns could be resolved;
 - output tokens per query, retriever + generator.
 
 Failures are sorted into categories a reader can act on (`failure_category`).

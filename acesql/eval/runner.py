@@ -9,7 +9,7 @@ are derived from the chunk's position, so a resumed run samples what an unbroken
 When every chunk is done the folder holds:
 
 - `metrics.json`: the summary (`acesql.eval.metrics`), with model, dataset, split and time;
-- `rows.jsonl`: one row per question (`acesql.eval.pipeline`);
+- `rows.jsonl`: one row per question (`acesql.eval.end_to_end`);
 - `predict_dev.json`: the pipeline's SQL in BIRD's official format;
 - `report.html`: the report (`acesql.eval.report`), with its plots embedded.
 """
@@ -26,8 +26,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from acesql.data.loaders import Example
+from acesql.eval.end_to_end import evaluate_examples
 from acesql.eval.metrics import summarize
-from acesql.eval.pipeline import evaluate_examples
 from acesql.eval.report import write_report
 from acesql.eval.sql_eval import write_bird_predictions
 from acesql.sft.data import SchemaCache

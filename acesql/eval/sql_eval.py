@@ -12,7 +12,7 @@ from pathlib import Path
 
 from acesql.data.loaders import Dataset
 from acesql.errors import DataError
-from acesql.sql.executor import BatchExecutor
+from acesql.sql.batch_executor import BatchExecutor
 
 BIRD_SEPARATOR = "\t----- bird -----\t"
 

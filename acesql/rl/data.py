@@ -1,4 +1,4 @@
-"""The RL training set and the pool's initialisation (seed 000, section 3.3.1.3).
+"""The RL training set and the pool's initialisation (the ACE-SQL paper, section 3.3.1.3).
 
 For each question the SFT model's retriever samples `n_retriever` column lists and their
 *union* prunes the schema (recall over early consensus); the generator samples `n_generator`
@@ -17,7 +17,7 @@ from acesql.models.prompts import PromptBuilder
 from acesql.rl.pool import EmpiricalPool
 from acesql.rl.rollout import rollout
 from acesql.sft.data import SchemaCache, prompt_fits
-from acesql.sql.executor import BatchExecutor
+from acesql.sql.batch_executor import BatchExecutor
 
 
 @dataclass
@@ -125,7 +125,7 @@ def build_rl_data(
                 kept.append(r.example)
                 pool.seed(r.key, r.matched_sets)
                 stats.kept += 1
-                stats.kept_by_complexity[r.example.complexity or "unlabelled"] += 1
+                stats.kept_by_complexity[r.example.complexity or "unlabeled"] += 1
         if progress:
             progress(len(batch))
     stats.pool_sets = pool.stats()["distinct_sets"]

@@ -1,4 +1,4 @@
-"""The empirical column-set pool (seed 000, section 3.3.1.3).
+"""The empirical column-set pool (the ACE-SQL paper, section 3.3.1.3).
 
 Per question, a map from column set to weight. After each rollout every existing weight is
 multiplied by gamma, then each set gets the number of this rollout's execution-correct

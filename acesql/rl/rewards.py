@@ -1,4 +1,4 @@
-"""Rewards of the two roles (seed 000, section 3.3.2 and appendix 11).
+"""Rewards of the two roles (the ACE-SQL paper, section 3.3.2 and appendix 11).
 
 Both roles earn `1 - length_penalty` when they succeed and 0 otherwise: an unmatched output
 gets nothing whatever its length, so a short wrong answer is never worth more than a long one.
@@ -51,7 +51,7 @@ def dense_retriever_reward(
     """Dense variant: best coverage of a pool set minus `noise_weight` x the noise share.
 
     coverage = max over pool sets S of |C & S| / |S|; noise = |C - U| / |C| with U the union
-    of the pool's sets (seed 000, appendix 11). An empty or unparsed selection earns 0; so
+    of the pool's sets (the ACE-SQL paper, appendix 11). An empty or unparsed selection earns 0; so
     does every selection while the pool is empty.
     """
     support = [frozenset(s) for s in support if s]

@@ -12,7 +12,7 @@ at `max_new_tokens` counts as malformed, and with reasoning on a generator outpu
 `</think>` followed by a closed ```sql block. A parsed but empty column list is a set like any
 other (it can match a pool target of a query that names no column, such as COUNT(*)).
 
-The vote (`acesql.sql.voting`) and the union follow the authors: when nothing is selected the
+The vote (`acesql.sql.column_vote`) and the union follow the authors: when nothing is selected the
 generator sees an empty schema.
 """
 
@@ -25,10 +25,10 @@ from acesql.errors import SqlParseError
 from acesql.models.engine import Completion
 from acesql.models.prompts import PromptBuilder
 from acesql.sft.data import SchemaCache
+from acesql.sql.batch_executor import BatchExecutor
+from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns
-from acesql.sql.executor import BatchExecutor
 from acesql.sql.parsing import format_ok, parse_columns, parse_sql
-from acesql.sql.voting import vote_columns
 
 COMBINE = ("vote", "union")
 

@@ -1,4 +1,4 @@
-"""The generator-weight schedule (seed 000, eq. 8)."""
+"""The generator-weight schedule (the ACE-SQL paper, eq. 8)."""
 
 from __future__ import annotations
 

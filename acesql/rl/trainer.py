@@ -11,7 +11,7 @@ One step, top to bottom (`GrpoTrainer.step`):
 - As in the authors' code: the retriever's target S*(q) is taken from the pool *before* this
   step's update, so a retriever sample is never rewarded for a set that only this step's
   generator samples put there; the vote's cutoff is ceil(threshold x N) over all N samples
-  and an empty vote leaves the generator an empty schema (`acesql.sql.voting`); outputs cut
+  and an empty vote leaves the generator an empty schema (`acesql.sql.column_vote`); outputs cut
   off at the token limit, and with reasoning on generator outputs without `</think>` and a
   closed ```sql block, earn 0 (`acesql.sql.parsing.format_ok`).
 - Old-policy log-probs are *recomputed*: each rollout gets exactly one optimizer step, so the
@@ -68,7 +68,7 @@ from acesql.rl.rewards import (
 )
 from acesql.rl.rollout import QuestionRollout, rollout
 from acesql.rl.schedule import generator_weight
-from acesql.rl.update import DualRoleUpdate, Sequence
+from acesql.rl.update import DualRoleUpdate, ScoredSequence
 from acesql.sft.data import SchemaCache, gold_columns
 from acesql.tracking import NullTracker, Tracker
 
@@ -141,7 +141,7 @@ class GrpoTrainer:
         engine_factory: Callable | None = None,
     ):
         from acesql.models.base_model import load_model, load_tokenizer
-        from acesql.sql.executor import BatchExecutor
+        from acesql.sql.batch_executor import BatchExecutor
 
         if not examples:
             raise ValueError("no RL questions: the rl_data stage kept none (see its metrics)")
@@ -396,8 +396,8 @@ class GrpoTrainer:
                 )
         return out
 
-    def _sequences(self, rollouts, rewards) -> tuple[dict[str, list[Sequence]], dict]:
-        seqs: dict[str, list[Sequence]] = {"retriever": [], "generator": []}
+    def _sequences(self, rollouts, rewards) -> tuple[dict[str, list[ScoredSequence]], dict]:
+        seqs: dict[str, list[ScoredSequence]] = {"retriever": [], "generator": []}
         stats = {}
         cache: dict[str, list[int]] = {}
 
@@ -418,14 +418,14 @@ class GrpoTrainer:
                 outputs = r.retriever if role == "retriever" else r.generator
                 for c, a in zip(outputs, adv):
                     if c.token_ids:
-                        seqs[role].append(Sequence(ids(prompt), list(c.token_ids), a))
+                        seqs[role].append(ScoredSequence(ids(prompt), list(c.token_ids), a))
             stats[f"{role}/flat_groups"] = flat / max(len(rollouts), 1)
         return seqs, stats
 
     # ------------------------------------------------------------------ evaluation
 
     def _validate(self, record: dict) -> None:
-        from acesql.eval.pipeline import evaluate_examples
+        from acesql.eval.end_to_end import evaluate_examples
 
         summary, _ = evaluate_examples(
             self.eval_examples,

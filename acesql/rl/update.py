@@ -1,7 +1,7 @@
 """The dual-role update: two losses, two backward passes, PCGrad, one optimizer step.
 
     update = DualRoleUpdate(model, optimizer, scheduler, ref_model, clip_eps=0.2, beta=0.001)
-    stats = update({"retriever": [Sequence(...), ...], "generator": [...]}, lam=0.5)
+    stats = update({"retriever": [ScoredSequence(...), ...], "generator": [...]}, lam=0.5)
 
 1. the retriever's token-mean loss is back-propagated; its gradient is copied into a buffer
    (allocated once, reused every step: the only extra gradient copy);
@@ -27,7 +27,7 @@ from acesql.rl.pcgrad import pcgrad_
 
 
 @dataclass
-class Sequence:
+class ScoredSequence:
     """One sampled output, ready to be scored: prompt ids + completion ids and its advantage."""
 
     prompt_ids: list[int]
@@ -72,7 +72,7 @@ class DualRoleUpdate:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self._ret_grads: list[torch.Tensor | None] = [None] * len(self.params)
 
-    def __call__(self, seqs: dict[str, list[Sequence]], lam: float) -> dict:
+    def __call__(self, seqs: dict[str, list[ScoredSequence]], lam: float) -> dict:
         params = self.params
         self.optimizer.zero_grad(set_to_none=True)
         ret = self.backward(seqs["retriever"], 1.0)
@@ -122,7 +122,7 @@ class DualRoleUpdate:
             "generator/update_tokens": gen["tokens"],
         }
 
-    def backward(self, seqs: list[Sequence], weight: float) -> dict:
+    def backward(self, seqs: list[ScoredSequence], weight: float) -> dict:
         """Back-propagate `weight` x the role's token-mean loss, piece by piece.
 
         With `share_prompts`, the outputs of one prompt are scored together on top of a
@@ -152,17 +152,17 @@ class DualRoleUpdate:
             out["clip_fraction"] += st.clip_fraction * share
         return out
 
-    def _chunks(self, seqs: list[Sequence]) -> list[list[Sequence]]:
+    def _chunks(self, seqs: list[ScoredSequence]) -> list[list[ScoredSequence]]:
         mb = self.micro_batch_size
         if self.share_prompts:
-            groups: dict[tuple[int, ...], list[Sequence]] = {}
+            groups: dict[tuple[int, ...], list[ScoredSequence]] = {}
             for s in seqs:
                 groups.setdefault(tuple(s.prompt_ids), []).append(s)
             return [g[i : i + mb] for g in groups.values() for i in range(0, len(g), mb)]
         order = sorted(seqs, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
         return [order[i : i + mb] for i in range(0, len(order), mb)]
 
-    def _logprobs(self, model, chunk: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _logprobs(self, model, chunk: list[ScoredSequence]) -> tuple[torch.Tensor, torch.Tensor]:
         """(logprobs, mask) over the completions of `chunk`, (rows, longest completion)."""
         if self.share_prompts:
             return shared_prompt_logprobs(
@@ -186,7 +186,7 @@ def _mix(a: dict, b: dict, key: str) -> float:
     return (a[key] * a["tokens"] + b[key] * b["tokens"]) / n if n else 0.0
 
 
-def collate(seqs: list[Sequence], pad_id: int, device) -> tuple[torch.Tensor, ...]:
+def collate(seqs: list[ScoredSequence], pad_id: int, device) -> tuple[torch.Tensor, ...]:
     """(input_ids, attention_mask, completion mask), right-padded."""
     width = max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)

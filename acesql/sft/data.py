@@ -5,7 +5,7 @@ gold: the retriever's target is the gold SQL's column set, the generator's the g
 
 self_distill (ACE-SQL section 3, SFT cold start):
   1. the retriever samples n column lists per question; columns named by at least
-     ceil(`vote_threshold` x n) of them form the pruned schema (`acesql.sql.voting`);
+     ceil(`vote_threshold` x n) of them form the pruned schema (`acesql.sql.column_vote`);
   2. the generator samples m SQLs on that pruned schema; those whose execution matches the
      gold are kept as generator targets;
   3. a retriever sample is kept when it supports a kept SQL (its columns cover the SQL's);
@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from acesql.data.loaders import Example
 from acesql.errors import SqlParseError
 from acesql.models.prompts import PromptBuilder
+from acesql.sql.batch_executor import BatchExecutor
+from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns
-from acesql.sql.executor import BatchExecutor
 from acesql.sql.parsing import format_ok, parse_columns, parse_sql
 from acesql.sql.schema import Schema
-from acesql.sql.voting import vote_columns
 
 
 @dataclass
@@ -41,7 +41,7 @@ class SftStats:
     def to_dict(self) -> dict:
         out: dict = {"kept": defaultdict(dict), "dropped": defaultdict(dict)}
         for (role, level), n in sorted(self.kept.items()):
-            out["kept"][role][level or "unlabelled"] = n
+            out["kept"][role][level or "unlabeled"] = n
         for (role, reason), n in sorted(self.dropped.items()):
             out["dropped"][role][reason] = n
         for role in ("retriever", "generator"):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from acesql.errors import ConfigError
-from acesql.sql.execution import ExecResult
+from acesql.sql.sandbox import ExecResult
 
 FLOAT_DIGITS = 6
 MAX_PERMUTATIONS = 20_000  # column permutations tried in spider mode before giving up

@@ -248,7 +248,7 @@ class Schema:
     @classmethod
     def from_sqlite(cls, path: str | Path, db_id: str | None = None, n_samples: int = 3) -> Schema:
         """Introspect a SQLite file: tables, declared types, keys and sample values."""
-        from acesql.sql.execution import decode_text, open_readonly
+        from acesql.sql.sandbox import decode_text, open_readonly
 
         path = Path(path)
         if not path.is_file():
@@ -304,7 +304,7 @@ class Schema:
             pk_indices.update(pk if isinstance(pk, list) else [pk])
         conn = None
         if db_path is not None and Path(db_path).is_file():
-            from acesql.sql.execution import decode_text, open_readonly
+            from acesql.sql.sandbox import decode_text, open_readonly
 
             conn = open_readonly(db_path)
             conn.text_factory = decode_text

@@ -22,7 +22,7 @@ from acesql.eval.runner import evaluate_to_folder
 from acesql.models.base_model import load_tokenizer
 from acesql.models.engine import open_engine
 from acesql.models.prompts import PromptBuilder
-from acesql.sql.executor import BatchExecutor
+from acesql.sql.batch_executor import BatchExecutor
 from acesql.stages.common import run_stage
 
 SECTIONS = ("base", "base_model", "prompt", "evaluate")

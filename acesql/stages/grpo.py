@@ -1,4 +1,4 @@
-"""The `grpo` stage: joint dual-role GRPO from the SFT model (ACE-SQL, seed 000 section 3.3).
+"""The `grpo` stage: joint dual-role GRPO from the SFT model (the ACE-SQL paper, section 3.3).
 
     python -m acesql.stages.grpo [--params params.yaml]
 

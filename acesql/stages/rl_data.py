@@ -28,7 +28,7 @@ def work(s: dict, tracker) -> dict:
     from acesql.models.prompts import PromptBuilder
     from acesql.rl.data import build_rl_data
     from acesql.sft.data import SchemaCache
-    from acesql.sql.executor import BatchExecutor
+    from acesql.sql.batch_executor import BatchExecutor
 
     base, cfg = s["base"], s["rl_data"]
     if not 0 <= cfg.min_correct <= cfg.max_correct <= cfg.generator_samples:

@@ -34,7 +34,7 @@ def work(s: dict, tracker) -> dict:
         records, stats = build_gold(examples, prompts, schemas, s["prompt"].max_prompt_tokens)
     else:
         from acesql.models.engine import open_engine
-        from acesql.sql.executor import BatchExecutor
+        from acesql.sql.batch_executor import BatchExecutor
 
         gen = cfg.generation
         engine = open_engine(gen, model_dir)

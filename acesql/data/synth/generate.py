@@ -28,7 +28,7 @@ from acesql.data.synth.domain import load_domains
 from acesql.data.synth.shapes import COMPLEXITIES, SHAPES, Ctx, Skip
 from acesql.errors import ConfigError
 from acesql.sql.columns import extract_columns
-from acesql.sql.execution import execute, open_sandboxed
+from acesql.sql.sandbox import execute, open_sandboxed
 from acesql.sql.schema import Schema
 
 SPLITS = ("train", "dev", "test_ood")

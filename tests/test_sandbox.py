@@ -14,7 +14,7 @@ import tracemalloc
 import pytest
 
 from acesql.errors import ConfigError
-from acesql.sql.execution import (
+from acesql.sql.sandbox import (
     ALLOWED_FUNCTIONS,
     REFUSED_FUNCTIONS,
     _authorize,

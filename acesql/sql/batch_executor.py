@@ -26,7 +26,8 @@ from multiprocessing.connection import wait
 from tqdm import tqdm
 
 from acesql.sql.columns import has_order_by
-from acesql.sql.execution import (
+from acesql.sql.matching import MATCH_MODES, MatchResult, execution_match
+from acesql.sql.sandbox import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT_S,
@@ -36,7 +37,6 @@ from acesql.sql.execution import (
     run_with_deadline,
     statement_problem,
 )
-from acesql.sql.matching import MATCH_MODES, MatchResult, execution_match
 
 PREFETCH_CHUNKS = 2  # chunks of jobs sent ahead to each worker
 MAX_CHUNK = 32  # jobs per message at most

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from acesql.sql.execution import execute
-from acesql.sql.executor import BatchExecutor
+from acesql.sql.batch_executor import BatchExecutor
+from acesql.sql.sandbox import execute
 
 SLOW = "SELECT count(*) FROM student a, student b, student c, student d, student e"
 QUERIES = [
@@ -135,7 +135,7 @@ def test_workers_stop_when_their_parent_is_killed(school_db, tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import threading, time\n"
-        "from acesql.sql.executor import BatchExecutor\n"
+        "from acesql.sql.batch_executor import BatchExecutor\n"
         "def report(ex):\n"
         "    while not ex.worker_pids():\n"
         "        time.sleep(0.05)\n"

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from acesql.sql.columns import has_order_by
-from acesql.sql.execution import ExecResult
 from acesql.sql.matching import MATCH_MODES
+from acesql.sql.sandbox import ExecResult
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ import re
 import pytest
 
 from acesql.data.loaders import load_dataset
-from acesql.eval.pipeline import evaluate_examples
+from acesql.eval.end_to_end import evaluate_examples
 from acesql.models.engine import Completion
 from acesql.models.prompts import PromptBuilder
-from acesql.sql.executor import BatchExecutor
+from acesql.sql.batch_executor import BatchExecutor
 
 
 class Oracle:

@@ -4,7 +4,7 @@
   an empty schema or, with `on_empty="full_schema"`, the whole one) -> pruned schema ->
   generator (greedy) -> execution match against the gold;
 - maj@k (k > 0): k generator samples on the same pruned schema vote with their execution
-  results (`acesql.eval.voting`);
+  results (`acesql.eval.majority`);
 - generator ability: the generator alone, on the schema pruned to the gold SQL's columns;
 - retriever recall / precision / exact set match / gold coverage of the chosen columns.
 
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from acesql.data.loaders import Example
 from acesql.errors import SqlParseError
+from acesql.eval.majority import majority_vote
 from acesql.eval.metrics import failure_category, summarize
-from acesql.eval.voting import majority_vote
 from acesql.models.prompts import PromptBuilder
 from acesql.sft.data import SchemaCache, gold_columns
+from acesql.sql.batch_executor import BatchExecutor
+from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns
-from acesql.sql.executor import BatchExecutor
 from acesql.sql.parsing import parse_columns, parse_sql
-from acesql.sql.voting import vote_columns
 
 
 def evaluate_examples(
