@@ -96,8 +96,8 @@ def run_trl(model_dir: Path, examples, steps: int, bf16: bool) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from acesql.data.schemas import SchemaCache
     from acesql.models.prompts import PromptBuilder
-    from acesql.sft.data import SchemaCache
     from acesql.sql.parsing import parse_columns
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -37,9 +37,9 @@ SETTINGS = {
 
 def retriever_prompts(tokenizer, n: int, scratch: Path) -> list[str]:
     from acesql.data.loaders import load_dataset
+    from acesql.data.schemas import SchemaCache
     from acesql.data.synth.generate import SynthConfig, generate_dataset
     from acesql.models.prompts import PromptBuilder
-    from acesql.sft.data import SchemaCache
 
     generate_dataset(
         scratch / "synth", SynthConfig(n_databases=4, questions_per_db=8, profile="tiny", seed=0)

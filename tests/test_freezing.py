@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from acesql.config import SftSection
+from acesql.data.schemas import SchemaCache
 from acesql.errors import ConfigError
 from acesql.models.base_model import load_model
 from acesql.models.freezing import train_top_layers
 from acesql.models.precision import bf16_autocast_enabled
-from acesql.sft.data import SchemaCache, build_gold
+from acesql.sft.data import build_gold
 from acesql.sft.trainer import train_sft
 
 

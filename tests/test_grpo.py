@@ -425,10 +425,10 @@ class CountEngine:
 
 
 def test_rl_data_keeps_questions_between_the_bounds(tiny_model_dir, examples):
+    from acesql.data.schemas import SchemaCache
     from acesql.models.base_model import load_tokenizer
     from acesql.models.prompts import PromptBuilder
     from acesql.rl.data import build_rl_data
-    from acesql.sft.data import SchemaCache
     from acesql.sql.batch_executor import BatchExecutor
 
     # question i gets i of 3 SQLs right; bounds [1, 2]: 0 is too hard, 3 too easy
@@ -587,10 +587,10 @@ class GateEngine:
     ],
 )
 def test_format_gate_in_rollouts(tiny_model_dir, examples, reasoning, text, reason, rewarded):
+    from acesql.data.schemas import SchemaCache
     from acesql.models.base_model import load_tokenizer
     from acesql.models.prompts import PromptBuilder
     from acesql.rl.rollout import rollout
-    from acesql.sft.data import SchemaCache
     from acesql.sql.batch_executor import BatchExecutor
 
     prompts = PromptBuilder(load_tokenizer(tiny_model_dir), reasoning=reasoning)

@@ -6,8 +6,9 @@ import pytest
 
 from acesql.config import SftSection
 from acesql.data.loaders import load_dataset
+from acesql.data.schemas import SchemaCache
 from acesql.models.prompts import PromptBuilder
-from acesql.sft.data import SchemaCache, build_gold, build_self_distilled
+from acesql.sft.data import build_gold, build_self_distilled
 from acesql.sft.trainer import IGNORE, tokenize_records, train_sft
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.parsing import parse_columns, parse_sql

@@ -15,11 +15,11 @@ error, match reason, failure category, tokens. `acesql.eval.metrics` turns rows 
 from __future__ import annotations
 
 from acesql.data.loaders import Example
+from acesql.data.schemas import SchemaCache, gold_columns
 from acesql.errors import SqlParseError
 from acesql.eval.majority import majority_vote
 from acesql.eval.metrics import failure_category, summarize
 from acesql.models.prompts import PromptBuilder
-from acesql.sft.data import SchemaCache, gold_columns
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns

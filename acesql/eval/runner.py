@@ -26,11 +26,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 from acesql.data.loaders import Example
+from acesql.data.schemas import SchemaCache
 from acesql.eval.end_to_end import evaluate_examples
 from acesql.eval.metrics import summarize
 from acesql.eval.report import write_report
 from acesql.eval.sql_eval import write_bird_predictions
-from acesql.sft.data import SchemaCache
 
 CHUNK_SIZE = 16  # questions per saved chunk: the work a kill can lose
 

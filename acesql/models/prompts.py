@@ -56,6 +56,10 @@ class PromptBuilder:
     def generator_target(self, sql: str) -> str:
         return self._think() + "```sql\n" + sql.strip().rstrip(";") + "\n```"
 
+    def fits(self, prompt: str, max_tokens: int) -> bool:
+        """Whether the chat-formatted `prompt` is at most `max_tokens` tokens long."""
+        return len(self.tokenizer(prompt, add_special_tokens=False).input_ids) <= max_tokens
+
     # ---------------------------------------------------------------- private
     def _think(self) -> str:
         return "<think>\n</think>\n" if self.reasoning else ""

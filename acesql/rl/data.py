@@ -13,10 +13,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from acesql.data.loaders import Example
+from acesql.data.schemas import SchemaCache
 from acesql.models.prompts import PromptBuilder
 from acesql.rl.pool import EmpiricalPool
 from acesql.rl.rollout import rollout
-from acesql.sft.data import SchemaCache, prompt_fits
 from acesql.sql.batch_executor import BatchExecutor
 
 
@@ -87,7 +87,7 @@ def build_rl_data(
             continue
         if max_prompt_tokens is not None:
             prompt = prompts.retriever(schemas(ex), ex.question, ex.evidence)
-            if not prompt_fits(prompts, prompt, max_prompt_tokens):
+            if not prompts.fits(prompt, max_prompt_tokens):
                 stats.dropped["prompt_too_long"] += 1
                 continue
         usable.append(ex)

@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from acesql.data.loaders import Example
+from acesql.data.schemas import SchemaCache
 from acesql.errors import SqlParseError
 from acesql.models.engine import Completion
 from acesql.models.prompts import PromptBuilder
-from acesql.sft.data import SchemaCache
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns

@@ -54,6 +54,7 @@ import torch
 
 from acesql.checkpoint import Checkpoint, Checkpoints, fingerprint
 from acesql.data.loaders import Example
+from acesql.data.schemas import SchemaCache, gold_columns
 from acesql.errors import SqlParseError
 from acesql.models.freezing import train_top_layers
 from acesql.models.prompts import PromptBuilder
@@ -69,7 +70,6 @@ from acesql.rl.rewards import (
 from acesql.rl.rollout import QuestionRollout, rollout
 from acesql.rl.schedule import generator_weight
 from acesql.rl.update import DualRoleUpdate, ScoredSequence
-from acesql.sft.data import SchemaCache, gold_columns
 from acesql.tracking import NullTracker, Tracker
 
 # settings that only pace or log a run: changing them still resumes its checkpoints

@@ -24,13 +24,13 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from acesql.data.loaders import Example
+from acesql.data.schemas import SchemaCache, gold_columns
 from acesql.errors import SqlParseError
 from acesql.models.prompts import PromptBuilder
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns
 from acesql.sql.parsing import format_ok, parse_columns, parse_sql
-from acesql.sql.schema import Schema
 
 
 @dataclass
@@ -49,27 +49,6 @@ class SftStats:
         return {k: dict(v) if isinstance(v, defaultdict) else v for k, v in out.items()}
 
 
-class SchemaCache:
-    """Schemas of the examples' databases, read once each."""
-
-    def __init__(self, sample_values: int):
-        self.sample_values = sample_values
-        self._schemas: dict[str, Schema] = {}
-
-    def __call__(self, example: Example) -> Schema:
-        if example.db_path not in self._schemas:
-            self._schemas[example.db_path] = Schema.from_sqlite(
-                example.db_path, example.db_id, n_samples=self.sample_values
-            )
-        return self._schemas[example.db_path]
-
-
-def gold_columns(example: Example, schema: Schema) -> frozenset[str]:
-    if example.gold_columns:
-        return frozenset(example.gold_columns)
-    return extract_columns(example.sql, schema)
-
-
 def _record(role, prompt, response, example) -> dict:
     return {
         "role": role,
@@ -80,11 +59,6 @@ def _record(role, prompt, response, example) -> dict:
         "complexity": example.complexity,
         "index": example.index,
     }
-
-
-def prompt_fits(prompts: PromptBuilder, prompt: str, max_prompt_tokens: int) -> bool:
-    """Whether the chat-formatted `prompt` is at most `max_prompt_tokens` tokens long."""
-    return len(prompts.tokenizer(prompt, add_special_tokens=False).input_ids) <= max_prompt_tokens
 
 
 def build_gold(
@@ -112,7 +86,7 @@ def build_gold(
             ),
         ]
         for role, prompt, response in pairs:
-            if not prompt_fits(prompts, prompt, max_prompt_tokens):
+            if not prompts.fits(prompt, max_prompt_tokens):
                 stats.dropped[(role, "prompt_too_long")] += 1
                 continue
             records.append(_record(role, prompt, response, ex))
@@ -143,7 +117,7 @@ def build_self_distilled(
     usable = []
     for ex in examples:
         prompt = prompts.retriever(schemas(ex), ex.question, ex.evidence)
-        if prompt_fits(prompts, prompt, max_prompt_tokens):
+        if prompts.fits(prompt, max_prompt_tokens):
             usable.append((ex, prompt))
         else:
             stats.dropped[("both", "prompt_too_long")] += 1

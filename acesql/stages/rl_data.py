@@ -23,11 +23,11 @@ from acesql.tracking import flatten
 
 
 def work(s: dict, tracker) -> dict:
+    from acesql.data.schemas import SchemaCache
     from acesql.models.base_model import load_tokenizer
     from acesql.models.engine import open_engine
     from acesql.models.prompts import PromptBuilder
     from acesql.rl.data import build_rl_data
-    from acesql.sft.data import SchemaCache
     from acesql.sql.batch_executor import BatchExecutor
 
     base, cfg = s["base"], s["rl_data"]

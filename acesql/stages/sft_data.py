@@ -14,9 +14,10 @@ import json
 
 from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
+from acesql.data.schemas import SchemaCache
 from acesql.models.base_model import load_tokenizer
 from acesql.models.prompts import PromptBuilder
-from acesql.sft.data import SchemaCache, build_gold, build_self_distilled
+from acesql.sft.data import build_gold, build_self_distilled
 from acesql.stages.common import run_stage, write_metrics
 from acesql.tracking import flatten
 
