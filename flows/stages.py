@@ -9,7 +9,7 @@ per-run params file), so this is what keeps its cache honest: the changed values
 stage's dvc.lock entry, a later run with the same values reuses the outputs, and the file is
 left as the run used it, as `dvc exp run --set-param` leaves it. `git diff params.yaml` shows
 what a run changed; `git checkout params.yaml` goes back (the next run then reruns the stage).
-Runs of one project folder take turns (`flows.pipeline.project_lock`): a second run waits
+Runs of one project folder take turns (`flows.tasks.project_lock`): a second run waits
 until the first has written its params, reproduced its stage and tagged its runs.
 
 The shared sections (`base`, `prompt`, `base_model.reasoning`) are not parameters here: they
@@ -31,7 +31,7 @@ from acesql.config import (
     SftSection,
 )
 from flows.params_file import PARAMS, merge_section
-from flows.pipeline import project_lock, repro
+from flows.tasks import project_lock, repro
 from flows.tracking import tag_stage
 
 

@@ -69,6 +69,7 @@ def bad_params(clone):
 def calls(monkeypatch):
     """The commands the flow's tasks start (each still runs for real)."""
     import flows.pipeline
+    import flows.tasks
 
     started = []
     real = subprocess.Popen
@@ -77,7 +78,7 @@ def calls(monkeypatch):
         started.append(list(command))
         return real(command, *args, **kwargs)
 
-    monkeypatch.setattr(flows.pipeline.subprocess, "Popen", popen)
+    monkeypatch.setattr(flows.tasks.subprocess, "Popen", popen)
     return started
 
 
@@ -116,7 +117,8 @@ def test_the_flow_runs_the_stage(clone, prefect_harness, monkeypatch, calls):
 
 
 def test_a_failed_stage_fails_the_flow_once(clone, prefect_harness, monkeypatch, calls, bad_params):
-    from flows.pipeline import StageFailed, pipeline
+    from flows.pipeline import pipeline
+    from flows.tasks import StageFailed
 
     monkeypatch.chdir(clone)
     state = pipeline(["data"], return_state=True)
@@ -129,6 +131,7 @@ def test_a_failed_stage_fails_the_flow_once(clone, prefect_harness, monkeypatch,
 
 def test_a_busy_dvc_lock_is_retried(clone, prefect_harness, monkeypatch, calls):
     import flows.pipeline
+    import flows.tasks
 
     monkeypatch.chdir(clone)
     monkeypatch.setattr(
@@ -140,7 +143,7 @@ def test_a_busy_dvc_lock_is_retried(clone, prefect_harness, monkeypatch, calls):
         state = flows.pipeline.pipeline(["data"], return_state=True)
     finally:
         lock.close()
-    assert isinstance(state.result(raise_on_failure=False), flows.pipeline.DvcBusy)
+    assert isinstance(state.result(raise_on_failure=False), flows.tasks.DvcBusy)
     assert len(calls) == 2
 
 

@@ -24,6 +24,7 @@ from prefect.states import Completed, Failed
 
 import flows.pipeline
 import flows.stages
+import flows.tasks
 from acesql.config import load_section
 from acesql.errors import ConfigError
 from acesql.tracking import FLOW_RUN_ENV, FLOW_RUN_TAG, PARENT_RUN_ENV, PARENT_RUN_TAG, make_tracker
@@ -131,7 +132,7 @@ def test_a_failed_remote_stage_fails_the_pipeline(
     state = flows.pipeline.pipeline(["sft", "grpo"], gpu_deployments=True, return_state=True)
     assert state.is_failed()
     error = state.result(raise_on_failure=False)
-    assert isinstance(error, flows.pipeline.StageFailed)
+    assert isinstance(error, flows.tasks.StageFailed)
     assert "acesql-sft/gpu" in str(error) and "CUDA out of memory" in str(error)
     assert [call["name"] for call in deployments.calls] == ["acesql-sft/gpu"]  # grpo never ran
     _, runs = mlflow_runs()
@@ -435,12 +436,12 @@ def test_repro_hands_the_parent_run_to_the_stage_process(prefect_harness, monkey
         f"json.dump({{k: os.environ.get(k) for k in ({PARENT_RUN_ENV!r}, {FLOW_RUN_ENV!r})}}, "
         f"open({str(seen)!r}, 'w'))"
     )
-    real_popen = flows.pipeline.subprocess.Popen
+    real_popen = flows.tasks.subprocess.Popen
 
     def popen(command, *args, **kwargs):
         return real_popen([command[0], "-c", script], *args, **kwargs)
 
-    monkeypatch.setattr(flows.pipeline.subprocess, "Popen", popen)
+    monkeypatch.setattr(flows.tasks.subprocess, "Popen", popen)
     monkeypatch.setenv(PARENT_RUN_ENV, "stale-parent")
 
     from prefect import flow
@@ -506,7 +507,7 @@ DETERMINISTIC = [
     FileNotFoundError("models/grpo"),
     ValueError("bad"),
     ConfigError("params.yaml is invalid"),
-    flows.pipeline.StageFailed("dvc repro data exited with 2"),
+    flows.tasks.StageFailed("dvc repro data exited with 2"),
     _s3_error("AccessDenied"),
     _s3_error("NoSuchBucket"),
     _mlflow_error("Invalid model version source", "INVALID_PARAMETER_VALUE"),

@@ -1,0 +1,110 @@
+"""The tasks every flow shares: `dvc repro <stage>` and the project folder's lock.
+
+`flows/pipeline.py` runs the stages in order with them, `flows/stages.py` one stage each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+import sys
+import threading
+from collections import deque
+from pathlib import Path
+
+from prefect import get_run_logger, task
+from prefect.runtime import flow_run
+from prefect.tasks import exponential_backoff
+
+from acesql.tracking import FLOW_RUN_ENV, PARENT_RUN_ENV
+
+STDERR_TAIL = 20  # lines of stderr a failed stage reports
+DVC_LOCK_BUSY = "Unable to acquire lock"  # dvc/lock.py: another DVC process holds the repo
+
+PROJECT_LOCK = Path(".dvc/tmp/acesql-flow.lock")
+
+
+@contextlib.contextmanager
+def project_lock():
+    """Hold the project folder for one flow's params write + `dvc repro` + tags.
+
+    A stage flow given overrides writes them into params.yaml, and DVC reads params.yaml when
+    its stage runs and again when it writes dvc.lock: a second run writing the file in between
+    would have the first stage's lock entry record values it never ran with. Runs of one
+    project folder therefore take turns here (an flock on a file in .dvc/tmp, released when
+    the process dies). A GPU stage the pipeline hands to a deployment is not held: the
+    deployment's own flow takes the lock when it runs, maybe on this machine. Not reentrant:
+    take it once per stage, around tasks, never around another flow.
+    """
+    PROJECT_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with PROJECT_LOCK.open("a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            get_run_logger().info("another flow run holds %s: waiting for it", PROJECT_LOCK)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class StageFailed(RuntimeError):
+    """The stage's command exited non-zero: rerunning it as is would fail again."""
+
+
+class DvcBusy(RuntimeError):
+    """Another DVC process holds the repository lock: worth retrying a little later."""
+
+
+def _retry_only_if_busy(task, task_run, state) -> bool:
+    """Prefect's retry condition: retry only when the failure was a busy DVC lock."""
+    return isinstance(state.result(raise_on_failure=False), DvcBusy)
+
+
+@task(
+    task_run_name="dvc repro {stage}",
+    retries=3,
+    retry_delay_seconds=exponential_backoff(backoff_factor=10),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=_retry_only_if_busy,
+)
+def repro(stage: str, force: bool = False, parent_run_id: str | None = None) -> None:
+    """`dvc repro <stage>` (and what it depends on, when stale), output sent to the task's log.
+
+    With `force` the stage itself reruns even when nothing changed (`--force --single-item`);
+    its upstream stages are left alone, since the flow runs each listed stage in turn. The
+    stage's MLflow run becomes a child of `parent_run_id`, tagged with this flow run's id.
+    """
+    logger = get_run_logger()
+    options = ["--force", "--single-item"] if force else []
+    command = [sys.executable, "-m", "dvc", "repro", *options, stage]
+    # dvc.yaml says `python`: make it this interpreter, whether or not the venv is activated.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env[FLOW_RUN_ENV] = str(flow_run.id)
+    env.pop(PARENT_RUN_ENV, None)
+    if parent_run_id:
+        env[PARENT_RUN_ENV] = parent_run_id
+    logger.info("$ %s", " ".join(command[2:]))
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    tail: deque[str] = deque(maxlen=STDERR_TAIL)
+
+    def pump_stderr():
+        for line in proc.stderr:
+            tail.append(line.rstrip())
+            logger.info(line.rstrip())
+
+    reader = threading.Thread(target=pump_stderr, daemon=True)
+    reader.start()
+    for line in proc.stdout:
+        logger.info(line.rstrip())
+    reader.join()
+    code = proc.wait()
+    if code != 0:
+        message = f"dvc repro {stage} exited with {code}; last lines of stderr:\n" + "\n".join(tail)
+        busy = any(DVC_LOCK_BUSY in line for line in tail)
+        raise (DvcBusy if busy else StageFailed)(message)
