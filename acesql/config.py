@@ -23,11 +23,14 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from acesql.data.loaders import SPLITS
 from acesql.errors import ConfigError
+
+MatchMode = Literal["multiset", "bird", "spider"]  # acesql.sql.matching.MATCH_MODES
 
 
 class Section(BaseModel):
@@ -243,6 +246,9 @@ class SftDataSection(Section):
     generator_samples: int = Field(4, ge=1, description="Generator samples per pruned schema.")
     vote_threshold: float = Field(0.5, gt=0, le=1, description="Share of votes a column needs.")
     balance: bool = Field(True, description="Keep as many retriever as generator samples.")
+    match_mode: MatchMode = Field(
+        "multiset", description="Execution match that keeps a distilled SQL (self_distill)."
+    )
     generation: GenerationSection = Field(
         default_factory=GenerationSection, description="Sampling of the distillation rollouts."
     )
@@ -300,10 +306,22 @@ class RlDataSection(Section):
     min_correct: int = Field(2, ge=0, description="Keep a question with at least this many...")
     max_correct: int = Field(14, ge=0, description="...and at most this many correct SQLs.")
     timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout.")
+    match_mode: MatchMode = Field(
+        "multiset", description="Execution match that counts a sampled SQL as correct."
+    )
     generation: GenerationSection = Field(
         default_factory=lambda: GenerationSection(max_new_tokens=2048),
         description="Sampling of the initial rollout.",
     )
+
+    @model_validator(mode="after")
+    def _bounds_fit_the_samples(self) -> RlDataSection:
+        if not self.min_correct <= self.max_correct <= self.generator_samples:
+            raise ValueError(
+                "needs min_correct <= max_correct <= generator_samples; got "
+                f"{self.min_correct}, {self.max_correct}, {self.generator_samples}"
+            )
+        return self
 
 
 class GrpoSection(Section):
@@ -366,7 +384,7 @@ class GrpoSection(Section):
     checkpoint_every: int = Field(80, ge=1, description="Steps between checkpoints.")
     pool_snapshot_every: int = Field(40, ge=1, description="Steps between pool snapshots.")
     timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout of rollouts.")
-    match_mode: Literal["multiset", "bird", "spider"] = Field(
+    match_mode: MatchMode = Field(
         "multiset", description="Execution match of the generator reward."
     )
     generation: GenerationSection = Field(
@@ -396,7 +414,7 @@ class EvaluateSection(Section):
         "(full_schema, which hides a retriever that does not answer).",
     )
     timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout.")
-    mode: Literal["multiset", "bird", "spider"] = Field(
+    match_mode: MatchMode = Field(
         "multiset", description="Execution match mode (multiset for synthetic data)."
     )
     maj_k: int = Field(

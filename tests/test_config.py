@@ -97,6 +97,17 @@ BAD = [
     ("grpo: {timeout_s: .inf}", r"grpo\.timeout_s: must be a finite number of seconds"),
     ("grpo: {timeout_s: .nan}", r"grpo\.timeout_s: Input should be greater than 0"),
     ("evaluate: {timeout_s: 0}", r"evaluate\.timeout_s: Input should be greater than 0"),
+    # cross-field rules are checked when the file is read, before any stage starts
+    (
+        "rl_data: {min_correct: 5, max_correct: 3}",
+        r"rl_data: .*needs min_correct <= max_correct <= generator_samples; got 5, 3, 16",
+    ),
+    (
+        "rl_data: {generator_samples: 4, max_correct: 14}",
+        r"rl_data: .*needs min_correct <= max_correct <= generator_samples; got 2, 14, 4",
+    ),
+    ("evaluate: {mode: spider}", r"evaluate\.mode: unknown key; expected one of .*'match_mode'"),
+    ("rl_data: {match_mode: exact}", r"rl_data\.match_mode: Input should be 'multiset', 'bird'"),
 ]
 
 

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
-from acesql.errors import ConfigError, DataError
+from acesql.errors import DataError
 from acesql.stages.common import run_stage, write_metrics
 from acesql.tracking import flatten
 
@@ -31,11 +31,6 @@ def work(s: dict, tracker) -> dict:
     from acesql.sql.batch_executor import BatchExecutor
 
     base, cfg = s["base"], s["rl_data"]
-    if not 0 <= cfg.min_correct <= cfg.max_correct <= cfg.generator_samples:
-        raise ConfigError(
-            "rl_data needs 0 <= min_correct <= max_correct <= generator_samples; got "
-            f"{cfg.min_correct}, {cfg.max_correct}, {cfg.generator_samples}"
-        )
     model_dir = base.models_dir / "sft"
     if not model_dir.is_dir():
         raise DataError(f"{model_dir} not found: run the sft stage first (dvc repro sft)")
@@ -63,6 +58,7 @@ def work(s: dict, tracker) -> dict:
                 n_generator=cfg.generator_samples,
                 min_correct=cfg.min_correct,
                 max_correct=cfg.max_correct,
+                match_mode=cfg.match_mode,
                 temperature=gen.temperature,
                 top_p=gen.top_p,
                 max_new_tokens=gen.max_new_tokens,

@@ -54,6 +54,7 @@ def work(s: dict, tracker) -> dict:
                 max_new_tokens=gen.max_new_tokens,
                 max_prompt_tokens=s["prompt"].max_prompt_tokens,
                 balance=cfg.balance,
+                match_mode=cfg.match_mode,
                 seed=base.seed,
             )
         engine.close()
