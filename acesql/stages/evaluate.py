@@ -39,9 +39,9 @@ def work(s: dict, tracker, split: str | None = None) -> dict:
                 "run the data stage, or fix `evaluate.splits` / `data.splits` in params"
             )
     gen = cfg.generation
-    engine = open_engine(gen, cfg.match_model)
+    engine = open_engine(gen, cfg.model)
     prompts = PromptBuilder(
-        load_tokenizer(cfg.match_model), s["base_model"].reasoning, s["prompt"].sample_values
+        load_tokenizer(cfg.model), s["base_model"].reasoning, s["prompt"].sample_values
     )
     settings = {
         "mode": cfg.match_mode,
@@ -68,7 +68,7 @@ def work(s: dict, tracker, split: str | None = None) -> dict:
                 prompts,
                 executor,
                 out,
-                model=cfg.match_model,
+                model=cfg.model,
                 dataset=str(base.data_dir / "prepared"),
                 split=name,
                 settings=settings,
