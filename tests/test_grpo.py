@@ -385,7 +385,7 @@ def _run(module, params, **kw):
 def test_rl_data_stage_keeps_bounded_questions(tmp_path, tiny_model_dir, synth_dir, examples):
     params = _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, {})
     proc = _run("acesql.stages.rl_data", params)
-    out, err = proc.communicate(timeout=600)
+    out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err[-2000:]
     metrics = json.loads((tmp_path / "data" / "rl_metrics.json").read_text())
     assert metrics["considered"] == len(examples)
@@ -488,7 +488,7 @@ def test_grpo_stage_resumes_after_sigkill(tmp_path, tiny_model_dir, synth_dir, e
     pool_at_kill = EmpiricalPool.load(ckpts / f"step-{killed_at:06d}" / "pool.json").to_dict()
 
     proc = _run("acesql.stages.grpo", params)
-    _, err = proc.communicate(timeout=600)
+    _, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err[-2000:]
     summary = json.loads((tmp_path / "models" / "grpo_metrics.json").read_text())
     assert summary["resumed_from_step"] == killed_at and summary["steps"] == 6
@@ -520,7 +520,7 @@ def test_grpo_stage_without_questions_keeps_the_sft_model(
     (rl / "train.jsonl").write_text("")
     EmpiricalPool().save(rl / "initial_pool.json")
     proc = _run("acesql.stages.grpo", params)
-    _, err = proc.communicate(timeout=300)
+    _, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err[-2000:]
     assert "GRPO is skipped" in err
     metrics = json.loads((tmp_path / "models" / "grpo_metrics.json").read_text())

@@ -362,6 +362,7 @@ def test_init_script_creates_each_database_with_its_owner(databases):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_prefect_migrates_its_database_as_its_own_role(databases, tmp_path):
     """Prefect's schema (pg_trgm included) goes in with the rights the init script gives."""
     url = f"postgresql+asyncpg://prefect:{DB_PASSWORDS['prefect']}@/prefect?host={databases}"
