@@ -393,9 +393,17 @@ def evaluate_model(
     per split, their paired difference on the questions both scored.
     """
     if compare:
-        from acesql.eval.compare import compare_table, load_evaluation, load_rows, paired_table
+        from acesql.eval.compare import (
+            compare_table,
+            load_evaluation,
+            load_rows,
+            paired_table,
+            unfinished_note,
+        )
 
         left, right = (load_evaluation(c, tracking_uri) for c in compare)
+        for note in filter(None, map(unfinished_note, compare)):
+            click.echo(note)
         click.echo(compare_table(left, right, *compare))
         paired = paired_table(*(load_rows(c, tracking_uri) for c in compare))
         click.echo(paired or "\n(no per-question rows on both sides: no paired intervals)")

@@ -245,7 +245,8 @@ def test_a_killed_evaluation_resumes_without_redoing_chunks(setup, tmp_path, tin
         with pytest.raises(KeyboardInterrupt):
             evaluate_to_folder(examples, dying, prompts, executor, tmp_path / "a", **kwargs)
         partial = list((tmp_path / "a").glob(".partial-*.jsonl"))
-        assert len(partial) == 1 and len(partial[0].read_text().splitlines()) == 1
+        chunks = [x for x in partial[0].read_text().splitlines() if '"chunk"' in x]
+        assert len(partial) == 1 and len(chunks) == 1
         with partial[0].open("a") as fh:
             fh.write('{"chunk": "4-7-4", "rows": [')  # a write cut short by the kill
         resumed = Scripted(examples, answer)
@@ -462,14 +463,15 @@ def test_eval_cli_killed_with_sigkill_resumes(synth_dir, tiny_model_dir, tmp_pat
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         partial = list(out.glob(".partial-*.jsonl"))
-        if partial and len(partial[0].read_text().splitlines()) >= 1:
+        if partial and '"chunk"' in partial[0].read_text():
             os.kill(proc.pid, signal.SIGKILL)
             break
         time.sleep(0.05)
     proc.wait()
     if proc.returncode != -signal.SIGKILL:
         pytest.skip("the evaluation finished before it could be killed")
-    done = sum(1 for line in partial[0].read_text().splitlines() if _is_json(line))
+    lines = partial[0].read_text().splitlines()
+    done = sum(1 for line in lines if _is_json(line) and '"chunk"' in line)
     assert 1 <= done < 4 and not (out / "metrics.json").exists()
     again = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert again.returncode == 0, again.stderr[-2000:]
@@ -567,3 +569,59 @@ def test_paired_rows_come_from_mlflow_runs_too(tmp_path):
     assert re.search(r"0\s+6\s+0\.031", paired_table(rows, load_rows(str(tmp_path / "b"))))
     bare = client.create_run(experiment).info.run_id  # a run without rows: nothing to pair
     assert load_rows(bare, uri) == {}
+
+
+UNFINISHED_ROW = dict(
+    db_id="d",
+    usable=True,
+    complexity="simple",
+    pipeline_reason="wrong_result",
+    recall=None,
+    retriever_fallback=False,
+    pred_sql="SELECT 1",
+    retriever_tokens=10,
+    generator_tokens=20,
+)
+
+
+def _write_unfinished(folder, rows_per_chunk, header=None):
+    """A `.partial-*.jsonl` as a killed `acesql eval --out` leaves it, plus a line cut short."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"header": header})] if header else []
+    for number, rights in enumerate(rows_per_chunk):
+        rows = [
+            dict(UNFINISHED_ROW, index=10 * number + i, pipeline_match=ok, generator_match=ok)
+            for i, ok in enumerate(rights)
+        ]
+        lines.append(json.dumps({"chunk": f"c{number}", "rows": rows}))
+    (folder / ".partial-0123456789abcdef.jsonl").write_text("\n".join(lines) + '\n{"chunk": "c9')
+
+
+def test_an_unfinished_evaluation_compares_on_its_finished_questions(tmp_path):
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+
+    header = {"model": "m", "dataset": "x", "split": "dev", "questions": 40}
+    _write_unfinished(tmp_path / "a", [[False] * 4, [False] * 4], header)
+    _write_unfinished(tmp_path / "b", [[True] * 4], header)  # B got through one chunk
+    result = CliRunner().invoke(
+        cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"{tmp_path / 'a'}: unfinished, 8 of 40 questions scored so far" in result.output
+    assert re.search(r"questions\s+8\s+4\s+-4", result.output)
+    assert "dev: paired, on the 4 questions both scored" in result.output
+    assert re.search(r"pipeline EX\s+0\.0%\s+100\.0%\s+\+100\.0.*0\s+4\s+0\.125", result.output)
+
+
+def test_unfinished_files_without_a_header_or_two_of_them(tmp_path):
+    from acesql.eval.compare import load_rows
+    from acesql.eval.runner import read_unfinished
+
+    _write_unfinished(tmp_path, [[True, False]])
+    assert read_unfinished(tmp_path)[0] == {}
+    assert [r["index"] for r in load_rows(str(tmp_path))["unfinished"]] == [0, 1]
+    (tmp_path / ".partial-fedcba9876543210.jsonl").write_text("")
+    with pytest.raises(DataError, match="several unfinished evaluations"):
+        read_unfinished(tmp_path)

@@ -8,7 +8,8 @@ are logged as `split/metric` and `split/level/metric`). Both become
 Where both sides have their per-question rows (`rows.jsonl` beside `metrics.json`, or the
 run's `rows.jsonl` artifact), `paired_table` adds what the aggregate table cannot say: on
 the questions both scored, B - A with a 95% bootstrap interval and the exact McNemar p-value
-(`acesql.eval.paired`).
+(`acesql.eval.paired`). A folder whose evaluation is still running, or was killed, is
+read from its finished chunks (`acesql.eval.runner.read_unfinished`), marked as unfinished.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import re
 from pathlib import Path
 
 from acesql.errors import DataError
-from acesql.eval.metrics import COUNTS, SCORE_LABELS, level_key
+from acesql.eval.metrics import COUNTS, SCORE_LABELS, level_key, summarize
 from acesql.eval.paired import paired_difference
+from acesql.eval.runner import read_unfinished
 
 LEVEL_ROWS = ("usable", "pipeline_ex", "maj_ex", "generator_ex")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -49,6 +51,10 @@ def _from_folder(path: Path) -> dict[str, dict[str, float]]:
     if not files[0].is_file():
         files = sorted(path.glob("*/metrics.json"))
     if not files:
+        unfinished = _unfinished(path)
+        if unfinished:
+            split, rows = unfinished
+            return {split: flat_summary(summarize(rows))}
         raise DataError(f"{path} holds no metrics.json (nor sub-folders with one)")
     splits = {}
     for file in files:
@@ -137,6 +143,9 @@ def load_rows(ref: str, tracking_uri: str | None = None) -> dict[str, list[dict]
         files = [path] if path.is_file() else [path / "metrics.json"]
         if not files[0].is_file():
             files = sorted(path.glob("*/metrics.json"))
+        if not files:
+            unfinished = _unfinished(path)
+            return dict([unfinished]) if unfinished else {}
         out = {}
         for file in files:
             rows_file = file.parent / "rows.jsonl"
@@ -182,6 +191,26 @@ def paired_table(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> str:
                 + (f"  (n={r.n})" if r.n != len(common) else "")
             )
     return "\n".join(lines)
+
+
+def unfinished_note(ref: str) -> str | None:
+    """A line saying `ref` is an evaluation still running or killed, and how far it got."""
+    path = Path(ref)
+    if not path.is_dir() or (path / "metrics.json").is_file() or not _unfinished(path):
+        return None
+    header, rows = read_unfinished(path)
+    of = f" of {header['questions']}" if header.get("questions") else ""
+    return f"{ref}: unfinished, {len(rows)}{of} questions scored so far"
+
+
+def _unfinished(path: Path) -> tuple[str, list[dict]] | None:
+    """(split, rows) of the unfinished evaluation in `path`; its split is `unfinished` when
+    the file predates headers."""
+    found = read_unfinished(path) if path.is_dir() else None
+    if not found or not found[1]:
+        return None
+    header, rows = found
+    return header.get("split") or "unfinished", rows
 
 
 def _by_question(rows: list[dict]) -> dict[tuple, dict]:

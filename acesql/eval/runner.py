@@ -6,6 +6,7 @@ same model, questions and settings, reads that file and goes on from the next ch
 fingerprint covers all three, so a changed setting never mixes with old rows. Sampling seeds
 are derived from the chunk's position, so a resumed run samples what an unbroken one would.
 
+Until then `read_unfinished` gives the finished rows (`acesql eval --compare` reads them).
 When every chunk is done the folder holds:
 
 - `metrics.json`: the summary (`acesql.eval.metrics`), with model, dataset, split and time;
@@ -27,6 +28,7 @@ from tqdm import tqdm
 
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache
+from acesql.errors import DataError
 from acesql.eval.end_to_end import evaluate_examples
 from acesql.eval.metrics import summarize
 from acesql.eval.report import write_report
@@ -71,6 +73,14 @@ def evaluate_to_folder(
     bar.update(finished)
     _end_with_newline(partial)
     with partial.open("a") as fh:
+        if not done and fh.tell() == 0:
+            header = {
+                "model": model,
+                "dataset": dataset,
+                "split": split,
+                "questions": len(examples),
+            }
+            fh.write(json.dumps({"header": header}) + "\n")
         for number, chunk in enumerate(chunks):
             if _key(chunk) in done:
                 continue
@@ -150,6 +160,29 @@ def _read_partial(path: Path) -> dict[str, list[dict]]:
         except (json.JSONDecodeError, KeyError, TypeError):
             continue
     return done
+
+
+def read_unfinished(folder: str | Path) -> tuple[dict, list[dict]] | None:
+    """The header and finished rows of an evaluation still running or killed in `folder`.
+
+    None when the folder holds no unfinished evaluation. The header (model, dataset, split,
+    questions) is {} for a file written before headers existed. Two unfinished evaluations
+    with different settings in one folder are ambiguous: a DataError names them.
+    """
+    files = sorted(Path(folder).glob(".partial-*.jsonl"))
+    if not files:
+        return None
+    if len(files) > 1:
+        names = ", ".join(f.name for f in files)
+        raise DataError(f"{folder} holds several unfinished evaluations ({names}): keep one")
+    header = {}
+    for line in files[0].read_text().splitlines():
+        try:
+            header = json.loads(line).get("header") or header
+        except (json.JSONDecodeError, AttributeError):
+            continue
+    rows = [row for chunk in _read_partial(files[0]).values() for row in chunk]
+    return header, rows
 
 
 def _end_with_newline(path: Path) -> None:
