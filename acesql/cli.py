@@ -533,19 +533,11 @@ def pool_replay(gamma, events):
     multiplies every weight by GAMMA and adds its counts. Prints
     {question: {"weights": [[[cols...], w], ...], "targets": [[cols...], ...]}}.
     """
-    from acesql.errors import DataError
+    from acesql.data.loaders import parse_jsonl
     from acesql.rl.pool import replay
 
     with click.open_file(events) as fh:
-        lines = list(fh)
-    parsed = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            parsed.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise DataError(f"{events}, line {i}: not JSON ({e.msg})") from e
+        parsed = parse_jsonl(fh, events)
     try:
         result = replay(parsed, gamma=gamma)
     except ValueError as e:

@@ -161,7 +161,7 @@ def test_pool_replay_cli_bad_input(tmp_path):
     events = tmp_path / "events.jsonl"
     events.write_text('{"question": "q", "matched": [["t.a"]]}\nnot json\n')
     result = acesql("pool", "replay", "--events", events, check=False)
-    assert result.returncode == 2 and "line 2: not JSON" in result.stderr
+    assert result.returncode == 2 and ":2: not JSON" in result.stderr
 
 
 def _strict_json(text):

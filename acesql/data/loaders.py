@@ -16,7 +16,7 @@ the questions file) but is marked unusable with the reason, so that counts stay 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -211,6 +211,22 @@ def _gold_columns(path: Path, i: int, record: dict) -> list[str]:
     return columns
 
 
+def parse_jsonl(lines: Iterable[str], source: str | Path) -> list[dict]:
+    """One JSON object per non-blank line; a bad line is a DataError naming `source:line`."""
+    records = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{source}:{lineno}: not JSON ({exc.msg})") from exc
+        if not isinstance(record, dict):
+            raise DataError(f"{source}:{lineno}: not a JSON object")
+        records.append(record)
+    return records
+
+
 def read_prepared(path: str | Path) -> list[Example]:
     """The examples of a prepared split (`data/prepared/<split>.jsonl`, written by the data stage)."""
     path = Path(path)
@@ -218,11 +234,9 @@ def read_prepared(path: str | Path) -> list[Example]:
         raise DataError(f"prepared split not found: {path} (run the data stage: dvc repro data)")
     examples = []
     with path.open() as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+        for number, record in enumerate(parse_jsonl(fh, path), 1):
             try:
-                examples.append(Example(**json.loads(line)))
-            except (json.JSONDecodeError, TypeError) as exc:
-                raise DataError(f"{path}:{lineno}: not an example record ({exc})") from exc
+                examples.append(Example(**record))
+            except TypeError as exc:
+                raise DataError(f"{path}: record {number} is not an example ({exc})") from exc
     return examples

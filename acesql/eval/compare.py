@@ -18,6 +18,7 @@ import json
 import re
 from pathlib import Path
 
+from acesql.data.loaders import parse_jsonl
 from acesql.errors import DataError
 from acesql.eval.metrics import COUNTS, SCORE_LABELS, level_key, summarize
 from acesql.eval.paired import paired_difference
@@ -223,15 +224,7 @@ def _by_question(rows: list[dict]) -> dict[tuple, dict]:
 
 
 def _read_rows(path: Path) -> list[dict]:
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{number} is not JSON: {exc.msg}") from exc
-    return rows
+    return parse_jsonl(path.read_text().splitlines(), path)
 
 
 def _rows_from_run(run_id: str, tracking_uri: str | None) -> dict[str, list[dict]]:

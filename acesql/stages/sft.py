@@ -10,8 +10,7 @@ to `{models_dir}/sft` (checkpoints under `checkpoints/`, resumed after a kill) a
 
 from __future__ import annotations
 
-import json
-
+from acesql.data.loaders import parse_jsonl
 from acesql.errors import DataError
 from acesql.sft.trainer import train_sft
 from acesql.stages.common import run_stage, write_metrics
@@ -24,7 +23,7 @@ def work(s: dict, tracker) -> dict:
         path = base.data_dir / "sft" / f"{role}.jsonl"
         if not path.is_file():
             raise DataError(f"{path} not found: run the sft_data stage first (dvc repro sft_data)")
-        records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        records += parse_jsonl(path.read_text().splitlines(), path)
     if not records:
         raise DataError("the SFT data is empty: see data/sft_metrics.json for what was dropped")
     summary = train_sft(
