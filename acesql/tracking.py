@@ -16,24 +16,18 @@ Runs are tagged with the git commit of the working directory when there is one
 An orchestrator hands tags down to the stage processes it starts through their environment
 (`make_tracker` reads it): `ACESQL_PARENT_RUN_ID` makes each stage's run a child of the
 pipeline's run, `ACESQL_FLOW_RUN_ID` names the flow run that started it. After `dvc repro`,
-`dvc_stage_tags` reads what DVC recorded for the stage in dvc.lock, for the orchestrator to tag
-the stage's run with (the stage itself runs before DVC writes the lock). `open_run`,
-`close_run`, `set_tags`, `find_runs` and `register_model` are the orchestrator's side: a run
-spanning several processes, and the model registry.
+the orchestrator tags the stage's run with what DVC recorded in dvc.lock (`flows/runs.py`:
+runs spanning processes and the model registry are the orchestrator's side, not the library's).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
 PARENT_RUN_TAG = "mlflow.parentRunId"
@@ -78,41 +72,6 @@ class Tracker:
     def log_dict(self, data: Mapping, name: str) -> None:
         """A JSON (or YAML, by `name`'s suffix) artifact."""
 
-    def open_run(
-        self,
-        name: str,
-        params: Mapping[str, Any] | None = None,
-        tags: Mapping[str, str] | None = None,
-    ) -> str | None:
-        """A run left open when this returns (one spanning processes); its id, or None."""
-        return None
-
-    def close_run(self, run_id: str | None, status: str = "FINISHED") -> None:
-        """End a run of `open_run` as FINISHED or FAILED."""
-
-    def set_tags(self, run_id: str | None, tags: Mapping[str, str]) -> None:
-        """Tags on any run of the experiment, open or ended."""
-
-    def find_runs(self, tags: Mapping[str, str]) -> list[str]:
-        """The runs of the experiment carrying all of `tags`, newest first."""
-        return []
-
-    def register_model(
-        self,
-        name: str,
-        run_id: str | None,
-        folder: Path,
-        tags: Mapping[str, str] | None = None,
-        description: str = "",
-    ) -> str | None:
-        """Log `folder` as the run's `model/` artifacts and register them as a new version of
-        the registered model `name` (created on first use); the version, or None."""
-        return None
-
-    def find_model_version(self, name: str, tags: Mapping[str, str]) -> str | None:
-        """The newest version of the registered model `name` carrying all of `tags`, or None."""
-        return None
-
 
 class NullTracker(Tracker):
     """Logs nothing: for tests, and for `tracking_uri: null`."""
@@ -145,7 +104,7 @@ class MlflowTracker(Tracker):
         if nested and self._runs:
             run_tags[PARENT_RUN_TAG] = self._runs[-1]
         if run_id is not None and self._reopen(run_id):
-            self.set_tags(run_id, run_tags)
+            self._set_tags(run_id, run_tags)
             params = None  # already logged by the run's first attempt
         else:
             run_id = self._create_run(name, run_tags)
@@ -164,62 +123,18 @@ class MlflowTracker(Tracker):
     def run_id(self):
         return self._runs[-1] if self._runs else None
 
-    def open_run(self, name, params=None, tags=None):
-        run_id = self._create_run(name, {k: str(v) for k, v in (tags or {}).items()})
-        if params:
-            self._log_params(run_id, flatten(params))
-        return run_id
-
-    def close_run(self, run_id, status="FINISHED"):
-        self.client.set_terminated(run_id, status)
-
-    def set_tags(self, run_id, tags):
-        from mlflow.entities import RunTag
-
-        batch = [RunTag(k, str(v)) for k, v in tags.items()]
-        if batch:
-            self.client.log_batch(run_id, tags=batch)
-
-    def find_runs(self, tags):
-        runs = self.client.search_runs(
-            [self.experiment_id],
-            filter_string=_tag_filter(tags),
-            order_by=["attributes.start_time DESC"],
-        )
-        return [run.info.run_id for run in runs]
-
-    def register_model(self, name, run_id, folder, tags=None, description=""):
-        from mlflow.exceptions import MlflowException
-
-        self.client.log_artifacts(run_id, str(folder), "model")
-        try:
-            self.client.create_registered_model(name)
-        except MlflowException as exc:
-            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
-                raise
-        # the run's artifact folder, not the local one: a tracking server refuses a local path
-        # outside the run's artifacts as a version's source
-        source = f"{self.client.get_run(run_id).info.artifact_uri}/model"
-        version = self.client.create_model_version(
-            name,
-            source,
-            run_id,
-            tags={k: str(v) for k, v in (tags or {}).items()},
-            description=description,
-        )
-        return str(version.version)
-
-    def find_model_version(self, name, tags):
-        versions = self.client.search_model_versions(
-            f"name = {_quoted(name)} and {_tag_filter(tags)}", order_by=["version_number DESC"]
-        )
-        return str(versions[0].version) if versions else None
-
     def _create_run(self, name: str, tags: dict[str, str]) -> str:
         commit = git_commit()
         if commit:
             tags.setdefault(GIT_COMMIT_TAG, commit)
         return self.client.create_run(self.experiment_id, run_name=name, tags=tags).info.run_id
+
+    def _set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        batch = [RunTag(k, str(v)) for k, v in tags.items()]
+        if batch:
+            self.client.log_batch(run_id, tags=batch)
 
     def _reopen(self, run_id: str) -> bool:
         from mlflow.exceptions import MlflowException
@@ -294,71 +209,6 @@ def inherited_tags(environ: Mapping[str, str]) -> dict[str, str]:
     """
     names = {PARENT_RUN_ENV: PARENT_RUN_TAG, FLOW_RUN_ENV: FLOW_RUN_TAG}
     return {tag: environ[env] for env, tag in names.items() if environ.get(env)}
-
-
-def dvc_stage_tags(lock: str | Path, stage: str) -> dict[str, str]:
-    """Tags naming what DVC recorded for `stage` in `lock` (a dvc.lock); {} when it has none.
-
-    `dvc.stage_md5` hashes the whole entry (command, deps, params, outs): two runs with the
-    same value ran the same command on the same inputs. `dvc.deps_md5` and `dvc.params_md5`
-    hash those parts alone; `dvc.out.<path>` is each output's md5, as `dvc pull` knows it. A
-    `foreach` stage's entries (`evaluate@dev`, `evaluate@test_ood`) are hashed together.
-    """
-    named = {
-        name: entry
-        for name, entry in _lock_stages(lock).items()
-        if name == stage or name.startswith(f"{stage}@")
-    }
-    if not named:
-        return {}
-    parts = list(named.values())
-    whole = parts[0] if set(named) == {stage} else named
-    tags = {
-        "dvc.stage_md5": _md5_of(whole),
-        "dvc.deps_md5": _md5_of([p.get("deps", []) for p in parts]),
-        "dvc.params_md5": _md5_of([p.get("params", {}) for p in parts]),
-    }
-    tags.update({f"dvc.out.{o['path']}": o["md5"] for p in parts for o in p.get("outs", [])})
-    return tags
-
-
-def dvc_out_md5(lock: str | Path, path: str | Path) -> tuple[str, str] | None:
-    """(output path, md5) of the stage output in `lock` that holds `path`, or None.
-
-    >>> import tempfile; lock = Path(tempfile.mkdtemp()) / "dvc.lock"
-    >>> _ = lock.write_text("stages: {grpo: {outs: [{path: models/grpo, md5: ab.dir}]}}")
-    >>> dvc_out_md5(lock, "models/grpo/best")
-    ('models/grpo', 'ab.dir')
-    """
-    wanted = Path(path)
-    for entry in _lock_stages(lock).values():
-        for out in entry.get("outs", []):
-            if Path(out["path"]) in (wanted, *wanted.parents):
-                return out["path"], out["md5"]
-    return None
-
-
-def _lock_stages(lock: str | Path) -> dict[str, dict]:
-    try:
-        return (yaml.safe_load(Path(lock).read_text()) or {}).get("stages", {})
-    except FileNotFoundError:
-        return {}
-
-
-def _md5_of(value) -> str:
-    return hashlib.md5(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _tag_filter(tags: Mapping[str, str]) -> str:
-    """An MLflow search filter matching all of `tags`."""
-    return " and ".join(f"tags.`{key}` = {_quoted(value)}" for key, value in tags.items())
-
-
-def _quoted(value) -> str:
-    """`value` as a string literal of MLflow's search filters, which have no escapes."""
-    if "'" in str(value):
-        raise ValueError(f"{value!r} contains a quote: MLflow cannot search for it")
-    return f"'{value}'"
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -38,13 +38,8 @@ from requests.exceptions import Timeout
 
 from acesql.config import load_section
 from acesql.errors import DataError
-from acesql.tracking import (
-    FLOW_RUN_TAG,
-    Tracker,
-    dvc_out_md5,
-    dvc_stage_tags,
-    make_tracker,
-)
+from acesql.tracking import FLOW_RUN_TAG
+from flows.runs import NullRuns, dvc_out_md5, dvc_stage_tags, pipeline_runs
 
 PARAMS = Path("params.yaml")
 LOCK = Path("dvc.lock")
@@ -97,9 +92,8 @@ tracking_task = task(
 )
 
 
-def _tracker() -> Tracker:
-    # the flow's own runs take no tags from its environment: it is not a stage process
-    return make_tracker(load_section(PARAMS, "base"), environ={})
+def _tracker() -> NullRuns:
+    return pipeline_runs(load_section(PARAMS, "base"))
 
 
 @tracking_task(task_run_name="open the pipeline's MLflow run")

@@ -539,10 +539,10 @@ def test_tracking_tasks_retry_only_transient_errors(
 ):
     """The first tag write fails: a transient error is retried, another fails the flow."""
     import flows.tracking
-    from acesql.tracking import MlflowTracker
+    from flows.runs import MlflowRuns
 
     writes = []
-    real_set_tags = MlflowTracker.set_tags
+    real_set_tags = MlflowRuns.set_tags
 
     def flaky_set_tags(self, run_id, tags):
         writes.append(run_id)
@@ -550,7 +550,7 @@ def test_tracking_tasks_retry_only_transient_errors(
             raise error
         real_set_tags(self, run_id, tags)
 
-    monkeypatch.setattr(MlflowTracker, "set_tags", flaky_set_tags)
+    monkeypatch.setattr(MlflowRuns, "set_tags", flaky_set_tags)
     monkeypatch.setattr(
         flows.pipeline, "tag_stage", flows.tracking.tag_stage.with_options(retry_delay_seconds=0)
     )

@@ -17,11 +17,10 @@ from acesql.tracking import (
     PARENT_RUN_TAG,
     MlflowTracker,
     NullTracker,
-    dvc_out_md5,
-    dvc_stage_tags,
     git_commit,
     make_tracker,
 )
+from flows.runs import MlflowRuns, NullRuns, dvc_out_md5, dvc_stage_tags, pipeline_runs
 
 
 @pytest.fixture(scope="module")
@@ -160,13 +159,13 @@ def test_a_repository_without_commits_has_no_commit(tmp_path):
 def test_stage_runs_take_the_parent_and_flow_run_from_the_environment(store):
     uri, experiment = store
     base = BaseSection(tracking_uri=uri, experiment=experiment)
-    parent_tracker = make_tracker(base, environ={})
-    parent = parent_tracker.open_run("pipeline", {"flow": {"stages": ["data"]}}, {"stage": "p"})
+    runs = pipeline_runs(base)
+    parent = runs.open_run("pipeline", {"flow": {"stages": ["data"]}}, {"stage": "p"})
     environ = {PARENT_RUN_ENV: parent, FLOW_RUN_ENV: "flow-1", "HOME": "/root"}
     tracker = make_tracker(base, environ)
     with tracker.start_run("data", tags={"stage": "data"}), tracker.start_run("step", nested=True):
         pass
-    parent_tracker.close_run(parent)
+    runs.close_run(parent)
     client, runs = _runs(store)
     by_name = {run.info.run_name: run for run in runs}
     assert by_name["pipeline"].info.status == "FINISHED"
@@ -211,7 +210,7 @@ def test_a_resumed_run_moves_under_the_pipeline_that_resumed_it(store):
 
 
 def test_finding_and_tagging_runs(store):
-    tracker = MlflowTracker(*store)
+    tracker = MlflowRuns(*store)
     older = tracker.open_run("a", tags={"stage": "evaluate", "flow": "1"})
     newer = tracker.open_run("b", tags={"stage": "evaluate", "flow": "1"})
     tracker.open_run("c", tags={"stage": "evaluate", "flow": "2"})
@@ -231,8 +230,9 @@ def test_more_params_than_one_mlflow_batch_holds(store):
     assert len(run.data.params) == 250 and run.data.params["p249"] == "249"
 
 
-def test_the_null_tracker_has_no_runs_and_registers_nothing(tmp_path):
-    tracker = NullTracker()
+def test_with_tracking_off_there_are_no_runs_and_nothing_is_registered(tmp_path):
+    assert isinstance(pipeline_runs(BaseSection(tracking_uri=None)), NullRuns)
+    tracker = NullRuns()
     assert tracker.open_run("pipeline", {"a": 1}, {"t": "1"}) is None
     tracker.set_tags(None, {"t": "1"})
     tracker.close_run(None, "FAILED")
@@ -242,7 +242,7 @@ def test_the_null_tracker_has_no_runs_and_registers_nothing(tmp_path):
 
 
 def test_a_registered_version_carries_its_folder_tags_and_description(store, tmp_path):
-    tracker = MlflowTracker(*store)
+    tracker = MlflowRuns(*store)
     run_id = tracker.open_run("pipeline")
     folder = tmp_path / "staged"
     (folder / "eval").mkdir(parents=True)

@@ -20,7 +20,8 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from acesql.tracking import FLOW_RUN_TAG, GIT_COMMIT_TAG, PARENT_RUN_TAG, dvc_stage_tags
+from acesql.tracking import FLOW_RUN_TAG, GIT_COMMIT_TAG, PARENT_RUN_TAG
+from flows.runs import dvc_stage_tags
 
 STAGES = """\
 import json, sys
