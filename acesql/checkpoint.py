@@ -28,13 +28,19 @@ What each caller chooses:
   into `staging(step)` between barriers, then the main process calls `commit(step, state)`.
 - `latest(None)` takes the newest complete checkpoint of any run (what inspecting a folder
   wants); both trainers pass their fingerprint.
+
+The final model goes next to the checkpoints with `save_model(model, tokenizer, out_dir)`: its
+files are written into a hidden staging folder first and then moved in one by one with
+atomic renames, so a kill mid-save never leaves a truncated weights file behind.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -128,3 +134,20 @@ def fingerprint(
     for chunk in data:
         digest.update(chunk.encode())
     return digest.hexdigest()[:16]
+
+
+def save_model(model, tokenizer, out_dir: Path, state_dict: dict | None = None) -> None:
+    """`save_pretrained` of `model` and `tokenizer` into `out_dir`, file by file atomically
+    (other files in `out_dir`, such as `checkpoints/`, stay)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob(".model.partial-*"):  # left by a killed save
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=".model.partial-", dir=out_dir))
+    try:
+        model.save_pretrained(staging, state_dict=state_dict, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        for path in sorted(staging.iterdir()):
+            os.replace(path, out_dir / path.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -13,6 +13,7 @@ acesql run                       # the main job (see `acesql run --help`)
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -46,7 +47,7 @@ def _print(obj) -> None:
 
 def _regular_file(ctx, param, value):
     # click.Path(exists=True) lets a FIFO through, and opening one blocks until a writer comes
-    if value is not None and not os.path.isfile(value):
+    if value is not None and value != "-" and not os.path.isfile(value):
         raise click.BadParameter(f"{value!r} is not a regular file.")
     return value
 
@@ -79,6 +80,13 @@ def _timeout_option(f):
         callback=_timeout,
         help="Seconds before SQLite is interrupted.",
     )(f)
+
+
+def _finite_non_negative(ctx, param, value):
+    # click.FloatRange lets NaN through: every comparison with NaN is false
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise click.BadParameter(f"{value} is not a finite number >= 0.")
+    return value
 
 
 def _model_folder(ctx, param, value):
@@ -249,6 +257,7 @@ def data_synth(
     "--predictions",
     required=True,
     type=click.Path(exists=True, dir_okay=False),
+    callback=_regular_file,
     help='JSON lines {"index": i, "sql": ...} or BIRD predict_dev.json.',
 )
 @click.option("--mode", type=MODES, default="multiset", show_default=True)
@@ -311,7 +320,9 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     type=NON_NEGATIVE,
     help="maj@k: generator samples voted; 0: off.",
 )
-@click.option("--maj-temperature", default=1.0, show_default=True)
+@click.option(
+    "--maj-temperature", default=1.0, show_default=True, type=float, callback=_finite_non_negative
+)
 @click.option("--reasoning/--no-reasoning", default=False, show_default=True)
 @click.option(
     "--sample-values",
@@ -519,11 +530,19 @@ def pool():
 
 
 @pool.command("replay")
-@click.option("--gamma", default=0.5, show_default=True, type=float, help="Decay per update.")
+@click.option(
+    "--gamma",
+    default=0.5,
+    show_default=True,
+    type=float,
+    callback=_finite_non_negative,
+    help="Decay per update.",
+)
 @click.option(
     "--events",
     required=True,
     type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    callback=_regular_file,
     help='JSON lines {"question": ..., "matched": [[table.column, ...], ...]}; - reads stdin.',
 )
 def pool_replay(gamma, events):

@@ -3,6 +3,10 @@
 One section per DVC stage, named after it (`data`, later `sft`, `grpo`, ...), plus `base`,
 which every stage reads. A section validates itself: unknown keys, wrong types and values out
 of range raise `ConfigError` with one line per problem, naming the `section.field` to fix.
+So do a key written twice, `true`/`false` where a number belongs, an unknown top-level
+section, a section with nothing under it, and (for `load_section`) a missing section: none of
+them falls back to defaults in silence. Cross-field rules (split fractions, label names, a
+dataset folder that exists) are checked here too, before a stage touches its outputs.
 Every field carries a description, so `DataSection.model_json_schema()` documents the file.
 
     params = load_params("params.yaml")          # every section, all checked
@@ -11,7 +15,7 @@ Every field carries a description, so `DataSection.model_json_schema()` document
 
 from __future__ import annotations
 
-import math
+import typing
 from pathlib import Path
 from typing import Literal
 
@@ -27,24 +31,28 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from acesql.data.loaders import SPLITS
+from acesql.data.loaders import COMPLEXITIES, SPLITS
 from acesql.errors import ConfigError
 
 MatchMode = Literal["multiset", "bird", "spider"]  # acesql.sql.matching.MATCH_MODES
 
 
 class Section(BaseModel):
-    """A params.yaml section: extra keys are errors, values are frozen once loaded."""
+    """A params.yaml section: extra keys are errors, values are frozen once loaded.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    No number may be infinite or NaN (`.inf` / `.nan` in YAML): an infinite timeout or
+    temperature, or a NaN one that every comparison lets through, would break the run."""
 
-    @field_validator("timeout_s", check_fields=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
     @classmethod
-    def _finite_timeout(cls, value: float) -> float:
-        """Any section's SQL `timeout_s`: `gt=0` lets infinity through, which disables the
-        deadline (as NaN would)."""
-        if not math.isfinite(value):
-            raise ValueError("must be a finite number of seconds")
+    def _no_bool_numbers(cls, value, info: ValidationInfo):
+        """YAML's `true` is not a count: pydantic would take it as 1 (and `false` as 0)."""
+        if isinstance(value, bool) and not _admits_bool(
+            cls.model_fields[info.field_name].annotation
+        ):
+            raise ValueError("must not be true/false")
         return value
 
 
@@ -113,6 +121,15 @@ class SynthSection(Section):
         0.1, ge=0, lt=1, description="Share of databases drawn from the out-of-domain domains."
     )
 
+    @model_validator(mode="after")
+    def _room_for_train(self) -> SynthSection:
+        if self.dev_fraction + self.ood_fraction >= 1:
+            raise ValueError(
+                "dev_fraction + ood_fraction must stay under 1 to leave train databases; "
+                f"got {self.dev_fraction} + {self.ood_fraction}"
+            )
+        return self
+
 
 class FilteringSection(Section):
     """Source filtering of the train split (`acesql.data.filtering`)."""
@@ -152,7 +169,26 @@ class DataSection(Section):
         source = info.data.get("source")
         if source not in (None, "synth") and path is None:
             raise ValueError(f"required when source is {source}: the dataset folder")
+        if source not in (None, "synth") and not path.is_dir():
+            raise ValueError(f"no such folder (the {source} dataset)")
         return path
+
+    @field_validator("filtering")
+    @classmethod
+    def _known_complexities(cls, rules: FilteringSection, info: ValidationInfo):
+        source = info.data.get("source")
+        if source is None or rules.complexities is None:
+            return rules
+        known = COMPLEXITIES[source]
+        unknown = [c for c in rules.complexities if c.lower() not in known]
+        if unknown:
+            raise PydanticCustomError(
+                "unknown_complexity",
+                f"{source} examples carry no such label; "
+                + (f"use some of {list(known)} or null" if known else "use null"),
+                {"field": "complexities", "value": unknown},
+            )
+        return rules
 
     @field_validator("splits")
     @classmethod
@@ -301,6 +337,16 @@ class RlDataSection(Section):
     complexities: list[str] | None = Field(
         None, description="Keep only these complexity levels (the paper: hard ones); null: all."
     )
+
+    @field_validator("complexities")
+    @classmethod
+    def _known_labels(cls, labels: list[str] | None) -> list[str] | None:
+        known = sorted({c for levels in COMPLEXITIES.values() for c in levels})
+        unknown = [c for c in labels or [] if c.lower() not in known]
+        if unknown:
+            raise ValueError(f"no source gives the labels {unknown}; use some of {known}")
+        return labels
+
     retriever_samples: int = Field(8, ge=1, description="Retriever samples; their union prunes.")
     generator_samples: int = Field(16, ge=1, description="Generator samples on the union schema.")
     min_correct: int = Field(2, ge=0, description="Keep a question with at least this many...")
@@ -448,10 +494,12 @@ class Params(Section):
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
-    """Every section of a params file, validated (absent sections take their defaults)."""
+    """Every section of a params file, validated (absent sections take their defaults; a
+    section written with nothing under it is an error: `name: {}` asks for the defaults)."""
     raw = _read(path)
+    _no_empty_sections(raw, path)
     try:
-        return Params.model_validate({k: v if v is not None else {} for k, v in raw.items()})
+        return Params.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_explain(exc, Params, (), path)) from exc
 
@@ -464,22 +512,64 @@ def load_section(path: str | Path, name: str) -> Section:
             f"unknown params section {name!r}; choose one of {list(Params.model_fields)}"
         )
     model = field.annotation
+    raw = _read(path)
+    unknown = [key for key in raw if key not in Params.model_fields]
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown params section(s) {unknown}; expected some of "
+            f"{list(Params.model_fields)}"
+        )
+    if name not in raw:
+        raise ConfigError(
+            f"{path} has no {name!r} section, which this stage reads "
+            f"(write `{name}: {{}}` to take every default)"
+        )
+    _no_empty_sections({name: raw[name]}, path)
     try:
-        return model.model_validate(_read(path).get(name) or {})
+        return model.model_validate(raw[name])
     except ValidationError as exc:
         raise ConfigError(_explain(exc, model, (name,), path)) from exc
 
 
+def _no_empty_sections(raw: dict, path) -> None:
+    empty = [name for name, section in raw.items() if section is None]
+    if empty:
+        raise ConfigError(
+            f"{path}: section(s) {empty} have nothing under them; give their keys, or write "
+            f"`{empty[0]}: {{}}` to take every default"
+        )
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key written twice in one mapping is an error (the
+    plain loader keeps the last value silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def _read(path: str | Path) -> dict:
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"params file {path} is a folder; give the YAML file")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except FileNotFoundError as exc:
         raise ConfigError(f"params file not found: {path}") from exc
+    except (UnicodeDecodeError, OSError) as exc:
+        raise ConfigError(f"cannot read params file {path}: {exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
     if raw is None:
-        return {}
+        raise ConfigError(f"params file {path} is empty")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must map section names to sections, got {type(raw).__name__}")
     return raw
@@ -502,6 +592,15 @@ def _explain(exc: ValidationError, model: type[BaseModel], prefix: tuple, path) 
             message = error["msg"].removeprefix("Value error, ")
             lines.append(f"{where}: {message}" + (f" (got {value!r})" if value is not None else ""))
     return f"{path} is invalid:\n  " + "\n  ".join(lines)
+
+
+def _admits_bool(annotation) -> bool:
+    """Whether a field typed `annotation` may hold true/false."""
+    if annotation is bool or annotation is typing.Any:
+        return True
+    if typing.get_origin(annotation) is Literal:
+        return any(isinstance(arg, bool) for arg in typing.get_args(annotation))
+    return any(_admits_bool(arg) for arg in typing.get_args(annotation))
 
 
 def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:

@@ -290,7 +290,7 @@ def test_failed_conversion_leaves_no_half_folder(tmp_path, wheel_cache, monkeypa
     source, cache = wheel_cache
 
     def half_then_fail(gguf_path, out_dir, tie_embeddings=False):
-        out_dir.mkdir()
+        out_dir.mkdir(exist_ok=True)  # the folder exists, as for save_pretrained
         (out_dir / "config.json").write_text("{}")
         raise RuntimeError("killed halfway")
 

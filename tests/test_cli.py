@@ -208,6 +208,21 @@ def test_a_fifo_as_database_is_refused_at_once(tmp_path):
     assert proc.returncode == 2 and "not a regular file" in proc.stderr
 
 
+@pytest.mark.parametrize("command", ["evaluate-sql", "pool"])
+def test_a_fifo_as_input_file_is_refused_at_once(tmp_path, sample_dir, command):
+    fifo = tmp_path / "input.jsonl"
+    os.mkfifo(fifo)
+    args = {
+        "evaluate-sql": ["evaluate-sql", "--dataset", str(sample_dir), "--format", "spider"]
+        + ["--predictions", str(fifo)],
+        "pool": ["pool", "replay", "--events", str(fifo)],
+    }[command]
+    proc = subprocess.run(
+        [sys.executable, "-m", "acesql.cli", *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr
+
+
 def test_evaluate_sql_with_a_lone_surrogate_and_with_bad_utf8(sample_dir, tmp_path):
     questions = json.loads((sample_dir / "dev.json").read_text())
     lines = [json.dumps({"index": i, "sql": q["query"]}) for i, q in enumerate(questions)]
@@ -258,6 +273,10 @@ def test_rows_file_is_written_whole_or_not_at_all(tmp_path):
         ["eval", "--batch-size", "0"],
         ["data", "synth", "--dbs", "0"],
         ["sql", "exec", "--max-rows", "-1"],
+        ["eval", "--maj-temperature", "nan"],
+        ["eval", "--maj-temperature", "inf"],
+        ["eval", "--maj-temperature", "-1"],
+        ["pool", "replay", "--gamma", "nan"],
     ],
     ids=" ".join,
 )
@@ -273,6 +292,7 @@ def test_bad_counts_are_one_line_errors(args, sample_dir, school_db, tmp_path):
         "eval": ["--model", str(tmp_path), "--dataset", str(sample_dir), "--format", "spider"],
         "data": ["--out", str(tmp_path / "synth")],
         "sql": ["--db", str(school_db), "SELECT 1"],
+        "pool": ["--events", str(preds)],
     }[args[0]]
     result = CliRunner().invoke(cli, [*args, *rest])
     assert result.exit_code == 2, result.output

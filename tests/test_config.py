@@ -92,10 +92,12 @@ BAD = [
     ),
     ("data: [1, 2]", r"data: Input should be a valid dictionary"),
     # a SQL timeout that is not finite would disable the deadline
-    ("evaluate: {timeout_s: .inf}", r"evaluate\.timeout_s: must be a finite number of seconds"),
-    ("rl_data: {timeout_s: .inf}", r"rl_data\.timeout_s: must be a finite number of seconds"),
-    ("grpo: {timeout_s: .inf}", r"grpo\.timeout_s: must be a finite number of seconds"),
-    ("grpo: {timeout_s: .nan}", r"grpo\.timeout_s: Input should be greater than 0"),
+    ("evaluate: {timeout_s: .inf}", r"evaluate\.timeout_s: Input should be a finite number"),
+    ("rl_data: {timeout_s: .inf}", r"rl_data\.timeout_s: Input should be a finite number"),
+    ("grpo: {timeout_s: .inf}", r"grpo\.timeout_s: Input should be a finite number"),
+    ("grpo: {timeout_s: .nan}", r"grpo\.timeout_s: Input should be a finite number"),
+    ("evaluate: {maj_temperature: .inf}", r"evaluate\.maj_temperature: .*finite number"),
+    ("grpo: {gamma: .nan}", r"grpo\.gamma: Input should be a finite number"),
     ("evaluate: {timeout_s: 0}", r"evaluate\.timeout_s: Input should be greater than 0"),
     # cross-field rules are checked when the file is read, before any stage starts
     (
@@ -108,6 +110,26 @@ BAD = [
     ),
     ("evaluate: {mode: spider}", r"evaluate\.mode: unknown key; expected one of .*'match_mode'"),
     ("rl_data: {match_mode: exact}", r"rl_data\.match_mode: Input should be 'multiset', 'bird'"),
+    # checked at load, so the data stage never deletes its outputs for them
+    (
+        "data: {synth: {dev_fraction: 0.7, ood_fraction: 0.6}}",
+        r"data\.synth: .*dev_fraction \+ ood_fraction must stay under 1 .*0\.7 \+ 0\.6",
+    ),
+    ("data: {synth: {n_databases: true}}", r"data\.synth\.n_databases: must not be true/false"),
+    ("sft: {learning_rate: false}", r"sft\.learning_rate: must not be true/false"),
+    (
+        "data: {filtering: {complexities: [ultra]}}",
+        r"data\.filtering\.complexities: synth examples carry no such label; use some of "
+        r"\['simple', 'moderate', 'complex', 'highly complex'\] or null \(got \['ultra'\]\)",
+    ),
+    (
+        "data: {source: spider, path: /no/such/spider, splits: {test_ood: null}}",
+        r"data\.path: no such folder \(the spider dataset\)",
+    ),
+    ("rl_data: {complexities: [hard-ish]}", r"rl_data\.complexities: no source gives the labels"),
+    ("data:\n", r"section\(s\) \['data'\] have nothing under them; .*`data: \{\}`"),
+    ("base: {seed: 1}\nbase: {seed: 2}", r"not valid YAML: .*duplicate key 'base'"),
+    ("base: {seed: 1, seed: 2}", r"not valid YAML: .*duplicate key 'seed'"),
 ]
 
 
@@ -118,6 +140,37 @@ def test_bad_params_name_the_field(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message) as info:
         load_params(path)
     assert str(path) in str(info.value)
+
+
+def test_booleans_stay_where_they_belong(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("grpo: {pcgrad: false}\nsft: {learning_rate: 1.0e-5}\n")
+    params = load_params(path)
+    assert params.grpo.pcgrad is False and params.sft.learning_rate == 1e-5
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("dat: {seed: 1}\nbase: {seed: 2}\ndata: {}\n", r"unknown params section\(s\) \['dat'\]"),
+        (
+            "base: {seed: 2}\n",
+            r"has no 'data' section, which this stage reads \(write `data: \{\}`",
+        ),
+        ("base: {seed: 2}\ndata:\n", r"\['data'\] have nothing under them"),
+    ],
+)
+def test_a_stage_needs_its_section_spelled_out(tmp_path, text, message):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_section(path, "data")
+
+
+def test_an_explicit_empty_section_takes_the_defaults(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("base: {seed: 2}\ndata: {}\n")
+    assert load_section(path, "data").synth.n_databases == 50
 
 
 def test_several_problems_are_all_reported(tmp_path):
@@ -148,11 +201,19 @@ def test_a_section_is_checked_alone(tmp_path):
         (None, "params file not found"),
         ("data: {source: [", "is not valid YAML"),
         ("- base\n- data\n", "must map section names to sections, got list"),
+        ("", "params file .* is empty"),
+        ("# only a comment\n", "params file .* is empty"),
+        (b"base: {seed: 1}\n\xff\xfe\n", "cannot read params file"),
+        ("folder", "is a folder; give the YAML file"),
     ],
 )
 def test_unreadable_files(tmp_path, text, message):
     path = tmp_path / "params.yaml"
-    if text is not None:
+    if text == "folder":
+        path.mkdir()
+    elif isinstance(text, bytes):
+        path.write_bytes(text)
+    elif text is not None:
         path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_params(path)

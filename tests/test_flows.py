@@ -396,7 +396,8 @@ def test_overrides_that_break_the_section_are_refused_before_the_stage_runs(
     project, prefect_harness, repro_calls
 ):
     params = yaml.safe_load(Path("params.yaml").read_text())
-    params["data"].update(source="spider", path="/data/spider")
+    Path("spider").mkdir()
+    params["data"].update(source="spider", path="spider")
     params["data"]["splits"]["test_ood"] = None
     Path("params.yaml").write_text(yaml.safe_dump(params))
     before = Path("params.yaml").read_text()

@@ -364,6 +364,8 @@ def _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo):
             "generation": {"max_new_tokens": 8},
         },
         "grpo": grpo,
+        "base_model": {},
+        "prompt": {},
     }
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))

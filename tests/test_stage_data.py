@@ -125,7 +125,10 @@ def test_tracking_off(run_stage, tmp_path):
 @pytest.mark.parametrize(
     "data,message",
     [
-        ({"filtering": {"complexities": ["challenging"]}}, r"data\.filtering keeps none of the 16"),
+        (
+            {"filtering": {"complexities": ["challenging"]}},
+            r"data\.filtering\.complexities: synth examples carry no such label",
+        ),
         ({"synth": {**TINY_SYNTH, "n_databases": 0}}, r"data\.synth\.n_databases: .* equal to 1"),
         (
             {"synth": {**TINY_SYNTH, "ood_domains": ["moon"]}},
@@ -133,15 +136,40 @@ def test_tracking_off(run_stage, tmp_path):
         ),
         (
             {"source": "bird", "path": "nowhere", "splits": {"test_ood": None}},
-            "dataset folder not found",
+            r"data\.path: no such folder \(the bird dataset\)",
         ),
     ],
     ids=["filtered-out", "bad-param", "generator-refuses", "missing-folder"],
 )
 def test_errors_exit_2_with_a_message(run_stage, capsys, uri, data, message):
+    run_stage({}, base={"tracking_uri": None})
+    before = _tree(Path("data"))
+    assert "metrics.json" in before and "prepared/train.jsonl" in before
     with pytest.raises(SystemExit) as info:
         run_stage(data, base={"tracking_uri": None})
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ")
     assert re.search(message, err), err
+    assert _tree(Path("data")) == before  # the earlier outputs are untouched, nothing is left
+
+
+def test_a_failed_generation_keeps_the_earlier_outputs(run_stage, monkeypatch):
+    from acesql.data.synth import generate
+
+    run_stage({}, base={"tracking_uri": None})
+    before = _tree(Path("data"))
+
+    def half_then_fail(root, config, progress=False):
+        (root / "databases").mkdir()
+        (root / "tables.json").write_text("[]")
+        raise RuntimeError("killed halfway")
+
+    monkeypatch.setattr(generate, "generate_dataset", half_then_fail)
+    with pytest.raises(RuntimeError, match="killed halfway"):
+        run_stage({"synth": {**TINY_SYNTH, "n_databases": 7}}, base={"tracking_uri": None})
+    assert _tree(Path("data")) == before
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}

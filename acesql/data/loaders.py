@@ -74,6 +74,13 @@ SPLITS: dict[str, tuple[str, ...]] = {
     "synth": ("train", "dev", "test_ood"),
     "synsql": ("train",),
 }
+# complexity labels each source gives its examples (Spider gives none)
+COMPLEXITIES: dict[str, tuple[str, ...]] = {
+    "spider": (),
+    "bird": ("simple", "moderate", "challenging"),
+    "synth": ("simple", "moderate", "complex", "highly complex"),
+    "synsql": ("simple", "moderate", "complex", "highly complex"),
+}
 
 
 def load_spider(root: str | Path, split: str = "dev") -> Dataset:

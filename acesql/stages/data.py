@@ -14,14 +14,19 @@ Reads the `base` and `data` sections. Writes, under `base.data_dir`:
 and logs params, metrics, the figure and metrics.json to MLflow. Every example records its
 `db_path` as the source gives it; for the default layout that is relative to the project root,
 so the outputs do not depend on where the project is checked out.
+
+The params are checked in full before anything is touched, and `synth/` and `prepared/` are
+built beside the old ones and swapped in only when the whole stage has succeeded
+(`acesql.staging`): a bad config, a generator error or a kill leaves the old outputs as they were.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import shutil
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from acesql.config import BaseSection, DataSection, SynthSection, load_section
@@ -29,6 +34,7 @@ from acesql.data.filtering import filter_examples
 from acesql.data.loaders import Example, load_dataset
 from acesql.data.stats import distribution_figure, split_counts
 from acesql.errors import AcesqlError, ConfigError, DataError
+from acesql.staging import replace_dir, write_atomic
 from acesql.tracking import Tracker, flatten, make_tracker
 
 SPLIT_NAMES = ("train", "dev", "test_ood")
@@ -36,29 +42,30 @@ SPLIT_NAMES = ("train", "dev", "test_ood")
 
 def prepare_data(base: BaseSection, data: DataSection, tracker: Tracker) -> dict:
     """Run the stage's work inside an open tracker run; return the metrics written."""
-    prepared = base.data_dir / "prepared"
-    # DVC clears outs before a run; a direct run must not keep files of an earlier one.
-    shutil.rmtree(prepared, ignore_errors=True)
-    prepared.mkdir(parents=True)
-    generator = None
-    if data.source == "synth":
-        root = base.data_dir / "synth"
-        generator = _generate(root, data.synth, base.seed)
-    else:
-        root = data.path
-    splits = {
-        name: load_dataset(root, data.source, getattr(data.splits, name)).examples
-        for name in SPLIT_NAMES
-        if getattr(data.splits, name) is not None
-    }
-    before = len(splits["train"])
-    splits["train"] = _filter(splits["train"], data, base.seed)
-    splits = {name: examples for name, examples in splits.items() if examples}
-    for name, examples in splits.items():
-        _write_jsonl(prepared / f"{name}.jsonl", examples)
+    with ExitStack() as swaps:
+        # Exits in reverse: synth/ is swapped in first, then prepared/, if nothing raised.
+        prepared = swaps.enter_context(replace_dir(base.data_dir / "prepared"))
+        generator = None
+        if data.source == "synth":
+            root = swaps.enter_context(replace_dir(base.data_dir / "synth"))
+            generator = _generate(root, data.synth, base.seed)
+        else:
+            root = data.path
+        splits = {
+            name: load_dataset(root, data.source, getattr(data.splits, name)).examples
+            for name in SPLIT_NAMES
+            if getattr(data.splits, name) is not None
+        }
+        if data.source == "synth":
+            splits = {n: _moved(ex, root, base.data_dir / "synth") for n, ex in splits.items()}
+        before = len(splits["train"])
+        splits["train"] = _filter(splits["train"], data, base.seed)
+        splits = {name: examples for name, examples in splits.items() if examples}
+        for name, examples in splits.items():
+            _write_jsonl(prepared / f"{name}.jsonl", examples)
+        figure = distribution_figure(splits)
+        figure.savefig(prepared / "distribution.png", dpi=120)
 
-    figure = distribution_figure(splits)
-    figure.savefig(prepared / "distribution.png", dpi=120)
     metrics = {
         "source": data.source,
         "splits": {name: split_counts(examples) for name, examples in splits.items()},
@@ -70,20 +77,27 @@ def prepare_data(base: BaseSection, data: DataSection, tracker: Tracker) -> dict
         tracker.log_metrics({"generator.seconds": generator.pop("seconds")})
         metrics["generator"] = generator
     metrics_path = base.data_dir / "metrics.json"
-    metrics_path.write_text(json.dumps(metrics, indent=2) + "\n")
+    write_atomic(metrics_path, json.dumps(metrics, indent=2) + "\n")
 
     numbers = {k: v for k, v in flatten(metrics).items() if isinstance(v, int | float)}
     tracker.log_metrics(numbers)
-    tracker.log_artifact(prepared / "distribution.png")
+    tracker.log_artifact(base.data_dir / "prepared" / "distribution.png")
     tracker.log_artifact(metrics_path)
     return metrics
+
+
+def _moved(examples: list[Example], staged: Path, final: Path) -> list[Example]:
+    """The examples with database paths under `final`, where the staged folder is swapped to."""
+    return [
+        dataclasses.replace(e, db_path=str(final / Path(e.db_path).relative_to(staged)))
+        for e in examples
+    ]
 
 
 def _generate(root: Path, synth: SynthSection, seed: int) -> dict:
     # Imported here: the generator is only needed for the synthetic source.
     from acesql.data.synth.generate import SynthConfig, generate_dataset
 
-    shutil.rmtree(root, ignore_errors=True)
     config = SynthConfig(seed=seed, **synth.model_dump())
     try:
         return generate_dataset(root, config, progress=sys.stderr.isatty())

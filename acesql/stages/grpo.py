@@ -19,6 +19,7 @@ from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
 from acesql.errors import DataError
 from acesql.stages.common import run_stage, write_metrics
+from acesql.staging import replace_dir
 
 SECTIONS = ("base", "base_model", "prompt", "grpo")
 
@@ -59,8 +60,10 @@ def _no_questions(model_dir, out_dir, metrics_path) -> dict:
         "is the SFT model; roll out more questions or widen rl_data's bounds.",
         file=sys.stderr,
     )
-    shutil.rmtree(out_dir, ignore_errors=True)
-    shutil.copytree(model_dir, out_dir, ignore=shutil.ignore_patterns("checkpoints"))
+    with replace_dir(out_dir) as new:
+        shutil.copytree(
+            model_dir, new, ignore=shutil.ignore_patterns("checkpoints"), dirs_exist_ok=True
+        )
     summary = {"steps": 0, "stop_reason": "no_rl_questions", "questions": 0}
     write_metrics(metrics_path, summary)
     return summary

@@ -19,6 +19,7 @@ from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
 from acesql.errors import DataError
 from acesql.stages.common import run_stage, write_metrics
+from acesql.staging import replace_dir
 from acesql.tracking import flatten
 
 
@@ -70,11 +71,11 @@ def work(s: dict, tracker) -> dict:
         bar.close()
         engine.close()
     out = base.data_dir / "rl"
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "train.jsonl").open("w") as fh:
-        for ex in kept:
-            fh.write(json.dumps(ex.to_dict(), ensure_ascii=False) + "\n")
-    pool.save(out / "initial_pool.json")
+    with replace_dir(out) as new:
+        with (new / "train.jsonl").open("w") as fh:
+            for ex in kept:
+                fh.write(json.dumps(ex.to_dict(), ensure_ascii=False) + "\n")
+        pool.save(new / "initial_pool.json")
     metrics = {
         "retriever_samples": cfg.retriever_samples,
         "generator_samples": cfg.generator_samples,

@@ -19,6 +19,7 @@ from acesql.models.base_model import load_tokenizer
 from acesql.models.prompts import PromptBuilder
 from acesql.sft.data import build_gold, build_self_distilled
 from acesql.stages.common import run_stage, write_metrics
+from acesql.staging import replace_dir
 from acesql.tracking import flatten
 
 
@@ -58,13 +59,12 @@ def work(s: dict, tracker) -> dict:
                 seed=base.seed,
             )
         engine.close()
-    out = base.data_dir / "sft"
-    out.mkdir(parents=True, exist_ok=True)
-    for role in ("retriever", "generator"):
-        with (out / f"{role}.jsonl").open("w") as fh:
-            for rec in records:
-                if rec["role"] == role:
-                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    with replace_dir(base.data_dir / "sft") as out:
+        for role in ("retriever", "generator"):
+            with (out / f"{role}.jsonl").open("w") as fh:
+                for rec in records:
+                    if rec["role"] == role:
+                        fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
     metrics = {"mode": cfg.mode, "source_examples": len(examples), **stats.to_dict()}
     write_metrics(base.data_dir / "sft_metrics.json", metrics)
     tracker.log_metrics({k: v for k, v in flatten(metrics).items() if isinstance(v, int)})

@@ -1,0 +1,94 @@
+"""Runs the README's reliability table: every row's command, its exit status and its message."""
+
+import importlib
+import os
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from acesql.cli import main as acesql_main
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+# the bad files the table's first column names, as the test writes them
+FILES = {
+    "bad-utf8.jsonl": b'{"index": 0, "sql": "SELECT \xff"}\n',
+    "bad-line.jsonl": b'{"index": 0, "sql": "SELECT 1"}\nnot json\n',
+    "twice.yaml": b"base:\n  seed: 1\n  seed: 2\ndata: {}\n",
+    "typo.yaml": b"base: {}\ndat: {}\n",
+    "empty-section.yaml": b"base: {}\ndata:\n",
+    "no-data.yaml": b"base: {}\n",
+    "bool.yaml": b"base: {}\ndata: {synth: {n_databases: true}}\n",
+    "fractions.yaml": b"base: {}\ndata: {synth: {dev_fraction: 0.7, ood_fraction: 0.6}}\n",
+    "labels.yaml": b"base: {}\ndata: {filtering: {complexities: [ultra]}}\n",
+}
+
+
+def _rows() -> list[tuple[str, str, int, str]]:
+    """(bad input, command, exit status, expected text) for each row of the table."""
+    section = README.read_text().split("## Reliability", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if not line.startswith("| ") or len(cells) != 3 or cells[1] == "Try it":
+            continue
+        command = re.fullmatch(r"`([^`]+)`", cells[1])
+        outcome = re.search(r"exit (\d+), `(.+)`$", cells[2])
+        assert command and outcome, f"README reliability row not in the expected form: {line}"
+        rows.append((cells[0], command.group(1), int(outcome.group(1)), outcome.group(2)))
+    return rows
+
+
+ROWS = _rows()
+
+
+def test_the_table_is_there_and_uses_every_bad_file():
+    assert len(ROWS) >= 20
+    named = " ".join(bad + " " + command for bad, command, _, _ in ROWS)
+    assert [name for name in FILES if name not in named] == []
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory, sample_dir, school_db):
+    root = tmp_path_factory.mktemp("reliability")
+    shutil.copy(school_db, root / "db.sqlite")
+    shutil.copytree(sample_dir, root / "spider")
+    os.mkfifo(root / "fifo.sqlite")
+    for name, data in FILES.items():
+        (root / name).write_bytes(data)
+    return root
+
+
+@pytest.mark.parametrize("bad,command,status,expected", ROWS, ids=[r[0] for r in ROWS])
+def test_reliability_row(folder, monkeypatch, capsys, bad, command, status, expected):
+    monkeypatch.chdir(folder)
+    db_before = (folder / "db.sqlite").read_bytes()
+    argv = shlex.split(command)
+    if argv[0] == "acesql":  # the console script's entry point, as a user runs it
+        monkeypatch.setattr(sys, "argv", argv)
+        code = _exit_status(acesql_main)
+    else:
+        assert argv[:2] == ["python", "-m"], command
+        main = importlib.import_module(argv[2]).main
+        code = _exit_status(lambda: main(argv[3:]))
+    captured = capsys.readouterr()
+    output = captured.out + captured.err
+    assert code == status, output
+    assert expected in output, output
+    assert "Traceback" not in output
+    assert (folder / "db.sqlite").read_bytes() == db_before
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["db.sqlite", "spider", "fifo.sqlite", *FILES]
+    )
+
+
+def _exit_status(run) -> int:
+    try:
+        run()
+    except SystemExit as exc:
+        return exc.code or 0
+    return 0
