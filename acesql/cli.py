@@ -89,6 +89,17 @@ def _finite_non_negative(ctx, param, value):
     return value
 
 
+def _section(section_class, **values):
+    """A params section built from command-line values; a rule it breaks is a usage error."""
+    from pydantic import ValidationError
+
+    try:
+        return section_class(**values)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise click.UsageError(problems) from None
+
+
 def _model_folder(ctx, param, value):
     # a path that does not exist would otherwise be looked up on the hub, slowly and with a
     # confusing error; a bare name (no slash, no leading dot) may still be a hub id
@@ -346,6 +357,7 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     "computes bf16 natively].",
 )
 @click.option("--seed", default=0, show_default=True)
+@_timeout_option
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
@@ -391,6 +403,7 @@ def evaluate_model(
     max_new_tokens,
     bf16,
     seed,
+    timeout_s,
     out,
     chunk_size,
     compare,
@@ -402,6 +415,9 @@ def evaluate_model(
     tokens, per complexity. With --out, also per-question rows, BIRD-format predictions and
     an HTML report. With --compare A B, print a side-by-side table of two evaluations and,
     per split, their paired difference on the questions both scored.
+
+    The flags build the `evaluate` params section and run the evaluate stage's code
+    (acesql.eval.session), so a folder this command leaves unfinished resumes by either.
     """
     if compare:
         from acesql.eval.compare import (
@@ -424,57 +440,37 @@ def evaluate_model(
     ]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (or use --compare A B)")
+    from acesql.config import EvaluateSection, GenerationSection
     from acesql.data.filtering import filter_examples
     from acesql.data.loaders import load_dataset
-    from acesql.eval.end_to_end import evaluate_examples
-    from acesql.eval.runner import evaluate_to_folder
-    from acesql.models.base_model import load_tokenizer
-    from acesql.models.engine import load_engine
-    from acesql.models.prompts import PromptBuilder
-    from acesql.sql.batch_executor import BatchExecutor
+    from acesql.eval.session import Evaluator
 
-    examples = load_dataset(dataset, fmt, split).examples
-    examples = filter_examples(examples, max_examples=limit, seed=seed)
-    prompts = PromptBuilder(load_tokenizer(model), reasoning, sample_values)
-    bf16 = "auto" if bf16 is None else bf16
-    options = {"bf16_autocast": bf16} if engine == "transformers" else {}
-    settings = dict(
-        mode=mode or DEFAULT_MODE[fmt],
+    # the `evaluate` params section, so the stage and this command evaluate alike
+    cfg = _section(
+        EvaluateSection,
+        model=model,
+        splits=[split],
+        limit=limit,
         retriever_samples=retriever_samples,
-        on_empty=on_empty_vote,
-        max_new_tokens=max_new_tokens,
+        on_empty_vote=on_empty_vote,
+        timeout_s=timeout_s,
+        match_mode=mode or DEFAULT_MODE[fmt],
         maj_k=maj_k,
         maj_temperature=maj_temperature,
-        seed=seed,
+        generation=GenerationSection(
+            engine=engine,
+            batch_size=batch_size,
+            max_new_tokens=max_new_tokens,
+            temperature=0.0,
+            bf16_autocast="auto" if bf16 is None else bf16,
+        ),
     )
-    rollout = load_engine(engine, model, batch_size=batch_size, **options)
-    start = time.monotonic()
-    with BatchExecutor() as executor:
-        if out:
-            identity = {**settings, "engine": engine, **options, "reasoning": reasoning}
-            summary, _ = evaluate_to_folder(
-                examples,
-                rollout,
-                prompts,
-                executor,
-                out,
-                model=model,
-                dataset=dataset,
-                split=split,
-                settings={**identity, "sample_values": sample_values},
-                chunk_size=chunk_size,
-            )
-        else:
-            summary, _ = evaluate_examples(examples, rollout, prompts, executor, **settings)
-            summary = {
-                "model": model,
-                "dataset": dataset,
-                "split": split,
-                "mode": settings["mode"],
-                **summary,
-                "seconds": round(time.monotonic() - start, 1),
-            }
-    rollout.close()
+    examples = load_dataset(dataset, fmt, split).examples
+    examples = filter_examples(examples, max_examples=limit, seed=seed)
+    with Evaluator(cfg, seed=seed, reasoning=reasoning, sample_values=sample_values) as evaluator:
+        summary = evaluator.evaluate(
+            examples, dataset=dataset, split=split, out=out, chunk_size=chunk_size
+        )
     _print(summary)
 
 

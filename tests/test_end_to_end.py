@@ -150,3 +150,56 @@ def test_eval_cli_with_the_tiny_model(synth_dir, tiny_model_dir, tmp_path):
         text=True,
     )
     assert missing.returncode == 2 and "missing --dataset, --format" in missing.stderr
+
+
+def test_the_command_and_the_stage_evaluate_alike(
+    synth_dir, tiny_model_dir, tmp_path, capsys, monkeypatch
+):
+    """`acesql eval` builds the `evaluate` section and runs the stage's code: a folder the
+    command left unfinished is resumed by the stage's code with the same settings."""
+    import sys
+
+    from acesql.cli import main
+    from acesql.config import EvaluateSection, GenerationSection
+    from acesql.data.filtering import filter_examples
+    from acesql.data.loaders import load_dataset
+    from acesql.eval import runner
+    from acesql.eval.session import Evaluator, settings
+
+    real = runner.evaluate_examples
+    calls = []
+
+    def killed_on_the_second_chunk(chunk, *args, **kwargs):
+        calls.append(len(chunk))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(chunk, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "evaluate_examples", killed_on_the_second_chunk)
+    out = tmp_path / "eval"
+    argv = ["acesql", "eval", "--model", str(tiny_model_dir), "--dataset", str(synth_dir)]
+    argv += ["--format", "synth", "--limit", "3", "--max-new-tokens", "8", "--no-bf16"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), "--chunk-size", "2"])
+    with pytest.raises(SystemExit):
+        main()  # "aborted", as for Ctrl-C
+    monkeypatch.setattr(runner, "evaluate_examples", real)
+
+    section = EvaluateSection(
+        model=str(tiny_model_dir),
+        limit=3,
+        maj_k=0,
+        generation=GenerationSection(max_new_tokens=8, temperature=0.0, bf16_autocast=False),
+    )
+    examples = filter_examples(
+        load_dataset(synth_dir, "synth", "dev").examples, max_examples=3, seed=0
+    )
+    identity = settings(section, seed=0, reasoning=False, sample_values=0)
+    partial = out / f".partial-{runner.fingerprint(str(tiny_model_dir), examples, identity)}.jsonl"
+    assert partial.is_file()
+    capsys.readouterr()
+    with Evaluator(section, progress=False) as evaluator:
+        summary = evaluator.evaluate(
+            examples, dataset=str(synth_dir), split="dev", out=out, chunk_size=2
+        )
+    assert f"resuming {partial}: 2 of 3 questions done" in capsys.readouterr().err
+    assert summary["usable"] == 3 and not partial.exists()

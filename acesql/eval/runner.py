@@ -64,7 +64,7 @@ def evaluate_to_folder(
     start = time.monotonic()
     schemas = SchemaCache(prompts.sample_values)
     chunks = [examples[i : i + chunk_size] for i in range(0, len(examples), chunk_size)]
-    options = {k: v for k, v in settings.items() if k in _EVAL_ARGS}
+    options = {k: v for k, v in settings.items() if k in EVAL_ARGS}
     seed = options.pop("seed", 0)
     finished = sum(len(c) for c in chunks if _key(c) in done)
     if finished:
@@ -118,7 +118,7 @@ def evaluate_to_folder(
     return summary, rows
 
 
-_EVAL_ARGS = {
+EVAL_ARGS = {
     "mode",
     "retriever_samples",
     "vote_threshold",

@@ -18,11 +18,7 @@ from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
 from acesql.errors import ConfigError
 from acesql.eval.compare import flat_summary
-from acesql.eval.runner import evaluate_to_folder
-from acesql.models.base_model import load_tokenizer
-from acesql.models.engine import open_engine
-from acesql.models.prompts import PromptBuilder
-from acesql.sql.batch_executor import BatchExecutor
+from acesql.eval.session import Evaluator
 from acesql.stages.common import run_stage
 
 SECTIONS = ("base", "base_model", "prompt", "evaluate")
@@ -38,46 +34,24 @@ def work(s: dict, tracker, split: str | None = None) -> dict:
                 f"split {name!r} has no {base.data_dir}/prepared/{name}.jsonl: "
                 "run the data stage, or fix `evaluate.splits` / `data.splits` in params"
             )
-    gen = cfg.generation
-    engine = open_engine(gen, cfg.model)
-    prompts = PromptBuilder(
-        load_tokenizer(cfg.model), s["base_model"].reasoning, s["prompt"].sample_values
-    )
-    settings = {
-        "mode": cfg.match_mode,
-        "retriever_samples": cfg.retriever_samples,
-        "vote_threshold": cfg.vote_threshold,
-        "on_empty": cfg.on_empty_vote,
-        "max_new_tokens": gen.max_new_tokens,
-        "maj_k": cfg.maj_k,
-        "maj_temperature": cfg.maj_temperature,
-        "seed": base.seed,
-        "engine": gen.model_dump(mode="json"),
-        "reasoning": s["base_model"].reasoning,
-        "sample_values": s["prompt"].sample_values,
-    }
     metrics = {}
-    with BatchExecutor(timeout_s=cfg.timeout_s) as executor:
+    with Evaluator(
+        cfg,
+        seed=base.seed,
+        reasoning=s["base_model"].reasoning,
+        sample_values=s["prompt"].sample_values,
+    ) as evaluator:
         for name in splits:
             examples = read_prepared(base.data_dir / "prepared" / f"{name}.jsonl")
             examples = filter_examples(examples, max_examples=cfg.limit, seed=base.seed)
             out = base.results_dir / name
-            summary, _ = evaluate_to_folder(
-                examples,
-                engine,
-                prompts,
-                executor,
-                out,
-                model=cfg.model,
-                dataset=str(base.data_dir / "prepared"),
-                split=name,
-                settings=settings,
+            summary = evaluator.evaluate(
+                examples, dataset=str(base.data_dir / "prepared"), split=name, out=out
             )
             metrics[name] = summary
             tracker.log_metrics(metric_keys(summary, name))
             for file in REPORT_FILES:
                 tracker.log_artifact(out / file)
-    engine.close()
     return metrics
 
 

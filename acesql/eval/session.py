@@ -1,0 +1,113 @@
+"""One evaluation set-up, built from the `evaluate` params section, shared by the DVC stage
+and `acesql eval`:
+
+    with Evaluator(cfg, seed=0, reasoning=False, sample_values=0) as evaluator:
+        summary = evaluator.evaluate(examples, dataset="data/prepared", split="dev", out=folder)
+
+The model is loaded once in both roles (`cfg.generation` picks the engine), with the prompt
+builder of its tokenizer and one SQL executor (`cfg.timeout_s`). `evaluate` scores a list of
+questions: into a restartable result folder when `out` is given (`acesql.eval.runner`),
+else in memory. `settings(cfg, ...)` is what decides the results, and so what a result folder's
+resume fingerprint covers: the stage and the command line fingerprint alike.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from acesql.config import EvaluateSection
+from acesql.data.loaders import Example
+from acesql.eval.end_to_end import evaluate_examples
+from acesql.eval.runner import CHUNK_SIZE, EVAL_ARGS, evaluate_to_folder
+
+
+def settings(cfg: EvaluateSection, *, seed: int, reasoning: bool, sample_values: int) -> dict:
+    """`evaluate_examples`' options plus what else changes the rows (engine, prompts)."""
+    return {
+        "mode": cfg.match_mode,
+        "retriever_samples": cfg.retriever_samples,
+        "vote_threshold": cfg.vote_threshold,
+        "on_empty": cfg.on_empty_vote,
+        "max_new_tokens": cfg.generation.max_new_tokens,
+        "maj_k": cfg.maj_k,
+        "maj_temperature": cfg.maj_temperature,
+        "seed": seed,
+        "engine": cfg.generation.model_dump(mode="json"),
+        "reasoning": reasoning,
+        "sample_values": sample_values,
+    }
+
+
+class Evaluator:
+    """The model at `cfg.model` in both roles, ready to score question lists."""
+
+    def __init__(
+        self,
+        cfg: EvaluateSection,
+        *,
+        seed: int = 0,
+        reasoning: bool = False,
+        sample_values: int = 0,
+        progress: bool = True,
+    ):
+        from acesql.models.base_model import load_tokenizer
+        from acesql.models.engine import open_engine
+        from acesql.models.prompts import PromptBuilder
+        from acesql.sql.batch_executor import BatchExecutor
+
+        self.cfg = cfg
+        self.progress = progress
+        self.settings = settings(cfg, seed=seed, reasoning=reasoning, sample_values=sample_values)
+        self.prompts = PromptBuilder(load_tokenizer(cfg.model), reasoning, sample_values)
+        self.engine = open_engine(cfg.generation, cfg.model)
+        self.executor = BatchExecutor(timeout_s=cfg.timeout_s)
+
+    def evaluate(
+        self,
+        examples: list[Example],
+        *,
+        dataset: str,
+        split: str,
+        out: str | Path | None = None,
+        chunk_size: int = CHUNK_SIZE,
+    ) -> dict:
+        """The summary of `examples`; with `out`, also the result folder (resumed if killed)."""
+        if out is not None:
+            summary, _ = evaluate_to_folder(
+                examples,
+                self.engine,
+                self.prompts,
+                self.executor,
+                out,
+                model=self.cfg.model,
+                dataset=dataset,
+                split=split,
+                settings=self.settings,
+                chunk_size=chunk_size,
+                progress=self.progress,
+            )
+            return summary
+        start = time.monotonic()
+        options = {k: v for k, v in self.settings.items() if k in EVAL_ARGS}
+        summary, _ = evaluate_examples(
+            examples, self.engine, self.prompts, self.executor, **options
+        )
+        return {
+            "model": self.cfg.model,
+            "dataset": dataset,
+            "split": split,
+            "mode": self.cfg.match_mode,
+            **summary,
+            "seconds": round(time.monotonic() - start, 1),
+        }
+
+    def close(self) -> None:
+        self.executor.close()
+        self.engine.close()
+
+    def __enter__(self) -> Evaluator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
