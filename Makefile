@@ -19,10 +19,12 @@ UI_API := $(shell test -f .ui/prefect.api && ps -p $$(cat .ui/prefect.pid 2>/dev
 setup: $(STAMP)
 
 # Re-installs only when the project's dependencies change; pins come from constraints.txt.
+# pip takes torch (the CPU build on this machine's disk); uv, which downloads in parallel and
+# finds torch already there, installs the rest in seconds where pip took minutes.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0 -c constraints.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]' -c constraints.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0 uv -c constraints.txt
+	$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[dev]' -c constraints.txt
 	touch $@
 
 # The pipeline flow: `dvc repro` of each stage, under Prefect's temporary local API (or the
@@ -38,11 +40,14 @@ ui: setup
 ui-stop:
 	$(PY) -m flows.ui stop
 
+# The fast suite; with CI=true (as CI runs it) the slow tests too, but not the external ones.
+TEST_MARKS := $(if $(filter true,$(CI)),not gpu and not external,not slow and not gpu)
+
 test: setup
-	$(PY) -m pytest -m "not slow and not gpu" -q
+	$(PY) -m pytest -m "$(TEST_MARKS)" -q
 
 test-slow: setup
-	$(PY) -m pytest -m "slow" -q
+	$(PY) -m pytest -m "slow or external" -q
 
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
@@ -60,7 +65,7 @@ bench-pcgrad: setup
 	$(PY) bench/pcgrad_bench.py
 
 bench-grpo: setup
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[bench]' -c constraints.txt
+	$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[bench]' -c constraints.txt
 	GLIBC_TUNABLES=$(MALLOC_KEEP) $(PY) bench/grpo_step_bench.py
 
 clean:

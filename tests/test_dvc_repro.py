@@ -82,6 +82,7 @@ def calls(monkeypatch):
     return started
 
 
+@pytest.mark.slow
 def test_dvc_repro_in_a_fresh_clone(clone):
     first = _dvc("repro", "data", cwd=clone)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -100,6 +101,7 @@ def test_dvc_repro_in_a_fresh_clone(clone):
     assert "Running stage" not in again.stdout
 
 
+@pytest.mark.slow
 def test_the_flow_runs_the_stage(clone, prefect_harness, monkeypatch, calls):
     from flows.pipeline import pipeline
 
@@ -172,6 +174,7 @@ def test_python_m_flows_pipeline_uses_a_temporary_api(clone):
     assert "Finished in state Completed()" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_the_whole_pipeline_with_a_tiny_model(clone, tiny_model_dir):
     """base_model -> data -> sft_data -> sft -> evaluate, end to end, in minutes."""
     params = yaml.safe_load((clone / "params.yaml").read_text())

@@ -345,6 +345,7 @@ def test_compare_reads_mlflow_runs(tmp_path):
         load_evaluation("0" * 32, uri)
 
 
+@pytest.mark.external
 @pytest.mark.slow
 @pytest.mark.timeout(3900)
 @pytest.mark.spider
@@ -448,6 +449,7 @@ def _gold(example):
     return extract_columns(example.sql, Schema.from_sqlite(example.db_path, n_samples=0))
 
 
+@pytest.mark.slow
 def test_eval_cli_killed_with_sigkill_resumes(synth_dir, tiny_model_dir, tmp_path):
     import os
     import signal

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from prefect.flows import load_flow_from_entrypoint
 
@@ -56,6 +57,7 @@ def test_runs_start_in_the_project_folder_the_worker_names():
     }
 
 
+@pytest.mark.slow
 def test_prefect_deploy_creates_them(prefect_harness, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate

@@ -457,6 +457,7 @@ def test_rl_data_keeps_questions_between_the_bounds(tiny_model_dir, examples):
         assert pool.weights(question_key(ex)) == {frozenset(ex.gold_columns): n}
 
 
+@pytest.mark.slow
 def test_grpo_stage_resumes_after_sigkill(tmp_path, tiny_model_dir, synth_dir, examples):
     grpo = dict(
         epochs=3,

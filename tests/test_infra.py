@@ -361,6 +361,7 @@ def test_init_script_creates_each_database_with_its_owner(databases):
         assert refused.returncode != 0 and "password authentication failed" in refused.stderr
 
 
+@pytest.mark.external
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_prefect_migrates_its_database_as_its_own_role(databases, tmp_path):

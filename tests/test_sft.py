@@ -98,6 +98,7 @@ def test_tokenize_masks_the_prompt(prompts):
     assert item["input_ids"][-1] == tok.eos_token_id and dropped == 0
 
 
+@pytest.mark.slow
 def test_train_loss_falls_and_resumes(tiny_model_dir, examples, prompts, tmp_path):
     records, _ = build_gold(examples, prompts, SchemaCache(0), max_prompt_tokens=100_000)
     config = SftSection(

@@ -121,6 +121,7 @@ def project(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_parent_and_child_runs_and_the_registered_model(server, project, prefect_harness):
     from flows.pipeline import pipeline
 
