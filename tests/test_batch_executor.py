@@ -124,8 +124,10 @@ def test_stuck_worker_is_replaced(school_db):
         assert results[1].ok and ex.restarts == 1
 
 
-def test_workers_stop_when_their_parent_is_killed(school_db, tmp_path):
-    """A killed evaluation must not leave SQL workers grinding through their queue."""
+@pytest.mark.parametrize("delay", [0.0, 0.5], ids=["while-the-worker-starts", "mid-query"])
+def test_workers_stop_when_their_parent_is_killed(school_db, tmp_path, delay):
+    """A killed evaluation must not leave SQL workers grinding through their queue, even
+    when the parent dies before the worker has finished starting."""
     import os
     import signal
     import subprocess
@@ -149,7 +151,7 @@ def test_workers_stop_when_their_parent_is_killed(school_db, tmp_path):
     )
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     worker = int(proc.stdout.readline())
-    time.sleep(0.5)
+    time.sleep(delay)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 4  # the job running when the parent died ends by timeout

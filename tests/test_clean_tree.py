@@ -59,3 +59,14 @@ def test_dvc_lock_is_not_ignored():
         ["git", "check-ignore", "--no-index", "-q", "dvc.lock"], cwd=ROOT, capture_output=True
     )
     assert ignored.returncode == 1, "DVC refuses to run with a git-ignored dvc.lock"
+
+
+@pytest.mark.skipif(
+    shutil.which("git") is None or not (ROOT / ".git").exists(), reason="not a git checkout"
+)
+def test_nothing_a_stage_writes_is_tracked():
+    """An ignored file that is still tracked shows as modified after every run."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "--", *_written_paths()], cwd=ROOT, capture_output=True, text=True
+    )
+    assert tracked.stdout.split() == []

@@ -114,10 +114,13 @@ def _failed(job: tuple, message: str):
     return Verdict(MatchResult(False, "worker_died"), pred)
 
 
-def _worker_main(conn, progress, settings: dict) -> None:
-    """Run chunks of jobs; `progress` = [position in the chunk, start time of that job or 0]."""
+def _worker_main(conn, progress, settings: dict, parent: int) -> None:
+    """Run chunks of jobs; `progress` = [position in the chunk, start time of that job or 0].
+
+    `parent` is the pid of the process that started the worker, passed in rather than read
+    here: a parent killed while the worker is still starting would otherwise be missed (the
+    worker would read its new parent's pid and run the whole queued chunk)."""
     runner = _Runner(**settings)
-    parent = os.getppid()
     while True:
         try:
             chunk = conn.recv()
@@ -144,7 +147,9 @@ class _Worker:
         self.conn, child = ctx.Pipe()
         self.progress = ctx.RawArray("d", 2)
         self.process = ctx.Process(
-            target=_worker_main, args=(child, self.progress, settings), daemon=True
+            target=_worker_main,
+            args=(child, self.progress, settings, os.getpid()),
+            daemon=True,
         )
         self.process.start()
         child.close()
