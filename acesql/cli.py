@@ -238,8 +238,12 @@ def data_synth(
     workers,
     progress,
 ):
-    """Generate SQLite databases, questions and gold SQL (Spider-like layout); print a summary."""
+    """Generate SQLite databases, questions and gold SQL (Spider-like layout); print a summary.
+
+    An existing OUT folder is replaced whole, and only once the new dataset is complete.
+    """
     from acesql.data.synth.generate import SynthConfig, generate_dataset
+    from acesql.staging import replace_dir
 
     config = SynthConfig(
         n_databases=n_databases,
@@ -251,7 +255,9 @@ def data_synth(
         ood_fraction=ood_fraction,
         workers=workers,
     )
-    _print(generate_dataset(Path(out), config, progress=progress))
+    with replace_dir(Path(out)) as new:
+        summary = generate_dataset(new, config, progress=progress)
+    _print(summary)
 
 
 # ---------------------------------------------------------------- evaluation
@@ -284,8 +290,12 @@ def data_synth(
 )
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def evaluate_sql(dataset, fmt, split, predictions, mode, workers, timeout_s, out, progress):
-    """Score a predictions file by execution accuracy; print the summary."""
+    """Score a predictions file by execution accuracy; print the summary.
+
+    Exits 2 with "nothing scorable" when no question has a gold query that runs.
+    """
     from acesql.data.loaders import load_dataset
+    from acesql.errors import DataError
     from acesql.eval.sql_eval import evaluate_predictions, load_predictions
     from acesql.sql.batch_executor import BatchExecutor
 
@@ -296,6 +306,11 @@ def evaluate_sql(dataset, fmt, split, predictions, mode, workers, timeout_s, out
     if out:
         _write_jsonl(out, rows)
     _print(summary)
+    if not summary["usable"]:
+        raise DataError(
+            f"nothing scorable: none of the {summary['n']} questions of {dataset} has a usable "
+            f"gold query ({summary['unusable']})"
+        )
 
 
 DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql": "multiset"}

@@ -98,3 +98,37 @@ def test_never_raises_on_odd_input():
     for odd in ["", "   ", "SELECT", "SELECT 1; SELECT 2", "DROP TABLE singer", None, 42]:
         variants = make_variants(odd)
         assert len(variants) == 7 and all(isinstance(v, str) for v in variants)
+
+
+def test_ex_by_level_matches_the_official_scripts_arithmetic():
+    # pairs 0,3 simple; 1,4 moderate; 2 challenging (i mod 3)
+    assert bench.ex_by_level([1, 0, 1, 1, 1]) == [100.0, 50.0, 100.0, 80.0]
+
+
+def test_run_official_feeds_the_script_its_three_files(tmp_path):
+    """A stand-in for evaluation_ex.py that checks its inputs the way the real one reads
+    them (prediction `SQL<sep>db`, gold `SQL\\tdb`, a difficulty per line) and prints EX."""
+    folder = tmp_path / "official"
+    folder.mkdir()
+    (folder / "evaluation_ex.py").write_text(
+        "import argparse, json\n"
+        "p = argparse.ArgumentParser()\n"
+        "for a in ('predicted_sql_path', 'ground_truth_path', 'db_root_path', 'num_cpus',\n"
+        "          'meta_time_out', 'diff_json_path', 'sql_dialect', 'output_log_path'):\n"
+        "    p.add_argument('--' + a)\n"
+        "a = p.parse_args()\n"
+        "preds = json.load(open(a.predicted_sql_path))\n"
+        "golds = open(a.ground_truth_path).read().splitlines()\n"
+        "levels = [json.loads(l)['difficulty'] for l in open(a.diff_json_path)]\n"
+        "assert len(preds) == len(golds) == len(levels) == 4 and a.db_root_path.endswith('/')\n"
+        "assert preds['1'] == 'SELECT 2\\t----- bird -----\\tschool', preds['1']\n"
+        "assert golds[1] == 'SELECT 1\\tschool' and levels[:3] == ['simple', 'moderate', "
+        "'challenging']\n"
+        "print('EX                   50.00  0.00  100.00  50.00')\n"
+    )
+    db = tmp_path / "database" / "school" / "school.sqlite"
+    triples = [(str(db), sql, "SELECT 1") for sql in ("SELECT 1", "SELECT 2", "SELECT 1", "x")]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    seconds, ex, _ = bench.run_official(folder, triples, ["school"] * 4, 2, 5.0, scratch)
+    assert ex == [50.0, 0.0, 100.0, 50.0] and seconds > 0

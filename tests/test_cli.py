@@ -312,3 +312,58 @@ def test_a_bare_model_name_may_still_be_a_hub_id():
     from acesql.cli import _model_folder
 
     assert _model_folder(None, None, "gpt2") == "gpt2"
+
+
+def test_evaluate_sql_with_no_usable_gold_says_nothing_scorable(sample_dir, tmp_path):
+    import shutil
+
+    junk = tmp_path / "junk"
+    shutil.copytree(sample_dir, junk)
+    for db in junk.glob("database/*/*.sqlite"):
+        db.write_text("not a database")
+    preds, out = tmp_path / "preds.jsonl", tmp_path / "rows.jsonl"
+    preds.write_text('{"index": 0, "sql": "SELECT 1"}\n')
+    base = ["evaluate-sql", "--dataset", junk, "--format", "spider", "--workers", "0"]
+    proc = acesql(*base, "--predictions", preds, "--out", out, "--no-progress", check=False)
+    assert (
+        proc.returncode == 2 and "error: nothing scorable: none of the 14 questions" in proc.stderr
+    )
+    assert json.loads(proc.stdout)["usable"] == 0
+    assert len(out.read_text().splitlines()) == 14  # the rows say why, question by question
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"index": true, "sql": "SELECT 1"}',
+        '{"index": 0, "sql": null}',
+        '{"index": "0", "sql": "x"}',
+    ],
+)
+def test_prediction_lines_are_not_coerced(tmp_path, line):
+    from acesql.errors import DataError
+    from acesql.eval.sql_eval import load_predictions
+
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text(line + "\n")
+    with pytest.raises(DataError, match=r"preds.jsonl:1: expected"):
+        load_predictions(preds)
+
+
+def test_bird_predictions_keep_their_database(tmp_path):
+    from acesql.eval.sql_eval import load_predictions
+
+    preds = tmp_path / "predict_dev.json"
+    preds.write_text(json.dumps({"3": "SELECT 1\t----- bird -----\tschool"}))
+    loaded = load_predictions(preds)
+    assert loaded == {3: "SELECT 1"} and loaded.db_ids == {3: "school"}
+
+
+def test_data_synth_replaces_an_existing_folder_whole(tmp_path):
+    out = tmp_path / "synth"
+    args = ["data", "synth", "--out", out, "--profile", "tiny", "--questions-per-db", "2"]
+    acesql(*args, "--dbs", "6", "--no-progress")
+    acesql(*args, "--dbs", "4", "--no-progress")
+    tables = json.loads((out / "tables.json").read_text())
+    assert len(list((out / "databases").iterdir())) == len(tables) == 4
+    assert [p.name for p in tmp_path.iterdir()] == ["synth"]

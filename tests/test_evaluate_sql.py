@@ -76,8 +76,10 @@ def test_prediction_formats(tmp_path):
     lines.write_text('{"index": 1, "sql": "SELECT 1"}\n\n{"index": 0, "sql": "SELECT 2"}\n')
     assert load_predictions(lines) == {1: "SELECT 1", 0: "SELECT 2"}
     bird = tmp_path / "predict_dev.json"
-    bird.write_text(json.dumps({"0": "SELECT a FROM t\t----- bird -----\tdb", "1": "SELECT 3"}))
-    assert load_predictions(bird) == {0: "SELECT a FROM t", 1: "SELECT 3"}
+    bird.write_text(
+        json.dumps({"0": "SELECT a FROM t\t----- bird -----\tdb", "1": "\t----- bird -----\tdb"})
+    )
+    assert load_predictions(bird) == {0: "SELECT a FROM t", 1: ""}
     one = tmp_path / "one.jsonl"
     one.write_text('{"index": 0, "sql": "SELECT 1"}')
     assert load_predictions(one) == {0: "SELECT 1"}
@@ -90,6 +92,10 @@ def test_prediction_formats(tmp_path):
         ('{"idx": 0, "sql": "a"}\n', "expected"),
         ('{"index": 0, "sql": "a"}\n{"index": 0, "sql": "b"}\n', "twice"),
         ('{"zero": "SELECT 1"}', "not a question index"),
+        ('{"0": "SELECT 1"}', "must be a string 'SQL"),
+        ('{"0": 0.9}', "must be a string 'SQL"),
+        ('{"0": null}', "must be a string 'SQL"),
+        ('{"index": 0.9, "sql": "a"}\n', "expected"),
     ],
 )
 def test_broken_predictions_files(tmp_path, content, message):

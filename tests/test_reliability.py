@@ -18,6 +18,9 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 FILES = {
     "bad-utf8.jsonl": b'{"index": 0, "sql": "SELECT \xff"}\n',
     "bad-line.jsonl": b'{"index": 0, "sql": "SELECT 1"}\nnot json\n',
+    "other-db.json": b'{"0": "SELECT 1\\t----- bird -----\\tno_such_db"}',
+    "no-separator.json": b'{"0": "SELECT 1"}',
+    "float-index.jsonl": b'{"index": 0.9, "sql": "SELECT 1"}\n',
     "twice.yaml": b"base:\n  seed: 1\n  seed: 2\ndata: {}\n",
     "typo.yaml": b"base: {}\ndat: {}\n",
     "empty-section.yaml": b"base: {}\ndata:\n",

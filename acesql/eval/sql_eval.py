@@ -17,8 +17,20 @@ from acesql.sql.batch_executor import BatchExecutor
 BIRD_SEPARATOR = "\t----- bird -----\t"
 
 
-def load_predictions(path: str | Path) -> dict[int, str]:
-    """Read predictions into `{index: sql}`, from JSON lines or a BIRD mapping."""
+class Predictions(dict):
+    """`{index: sql}`; `db_ids` holds the database a BIRD-format file names for each index."""
+
+    def __init__(self, *args, db_ids: dict[int, str] | None = None):
+        super().__init__(*args)
+        self.db_ids = db_ids or {}
+
+
+def load_predictions(path: str | Path) -> Predictions:
+    """Read predictions into `{index: sql}`, from JSON lines or a BIRD mapping.
+
+    Strict about types: an index is an integer (not 0.9, not true), SQL is a string (not
+    null), and a BIRD value is `SQL<separator>db_id`; anything else is a DataError naming
+    the line or key."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -33,20 +45,21 @@ def load_predictions(path: str | Path) -> dict[int, str]:
             mapping = None  # JSON lines also start with "{"
         if isinstance(mapping, dict) and "sql" not in mapping:
             return _from_bird_mapping(mapping, path)
-    predictions: dict[int, str] = {}
+    predictions = Predictions()
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
+        expected = f'{path}:{lineno}: expected {{"index": int, "sql": str}}, got {line[:80]!r}'
         try:
             record = json.loads(line)
-            index, sql = int(record["index"]), record["sql"]
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise DataError(
-                f'{path}:{lineno}: expected {{"index": int, "sql": str}}, got {line[:80]!r} ({exc})'
-            ) from exc
+            index, sql = record["index"], record["sql"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise DataError(f"{expected} ({exc})") from exc
+        if type(index) is not int or not isinstance(sql, str):
+            raise DataError(expected)
         if index in predictions:
             raise DataError(f"{path}:{lineno}: index {index} predicted twice")
-        predictions[index] = sql if isinstance(sql, str) else ""
+        predictions[index] = sql
     return predictions
 
 
@@ -62,14 +75,19 @@ def write_bird_predictions(path: str | Path, rows: list[dict]) -> None:
     Path(path).write_text(json.dumps(mapping, indent=4, ensure_ascii=False) + "\n")
 
 
-def _from_bird_mapping(mapping: dict, path: Path) -> dict[int, str]:
-    predictions = {}
+def _from_bird_mapping(mapping: dict, path: Path) -> Predictions:
+    predictions = Predictions()
     for key, value in mapping.items():
-        try:
-            index = int(key)
-        except ValueError as exc:
-            raise DataError(f"{path}: key {key!r} is not a question index") from exc
-        predictions[index] = str(value).split(BIRD_SEPARATOR)[0]
+        if not key.strip().isdigit():
+            raise DataError(f"{path}: key {key!r} is not a question index")
+        if not isinstance(value, str) or value.count(BIRD_SEPARATOR) != 1:
+            raise DataError(
+                f"{path}: the value of {key!r} must be a string 'SQL{BIRD_SEPARATOR}db_id' "
+                f"(BIRD's format), got {value!r:.80}"
+            )
+        sql, db_id = value.split(BIRD_SEPARATOR)
+        predictions[int(key)] = sql
+        predictions.db_ids[int(key)] = db_id.strip()
     return predictions
 
 
@@ -84,6 +102,15 @@ def evaluate_predictions(
     if unknown:
         raise DataError(
             f"{len(unknown)} predictions name no question of {dataset.name} (first: {unknown[0]})"
+        )
+    named = getattr(predictions, "db_ids", {})
+    wrong = [e for e in dataset.examples if named.get(e.index, e.db_id) != e.db_id]
+    if wrong:
+        first = wrong[0]
+        raise DataError(
+            f"{len(wrong)} predictions name another database than their question's (first: "
+            f"question {first.index} is on {first.db_id!r}, its prediction names "
+            f"{named[first.index]!r})"
         )
     scored = [e for e in dataset.examples if e.unusable is None]
     verdicts = executor.match_many(

@@ -19,127 +19,27 @@ import contextlib
 import multiprocessing as mp
 import os
 import time
-from collections import OrderedDict, deque
-from dataclasses import dataclass, replace
+from collections import deque
 from multiprocessing.connection import wait
 
 from tqdm import tqdm
 
 from acesql.sql.columns import has_order_by
-from acesql.sql.matching import MATCH_MODES, MatchResult, execution_match
+from acesql.sql.matching import MATCH_MODES, execution_match
 from acesql.sql.sandbox import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT_S,
     ExecResult,
     check_timeout,
-    open_sandboxed,
-    run_with_deadline,
-    statement_problem,
 )
+from acesql.sql.worker import Runner, Verdict, failed, worker_main
+
+__all__ = ["BatchExecutor", "Verdict"]
 
 PREFETCH_CHUNKS = 2  # chunks of jobs sent ahead to each worker
 MAX_CHUNK = 32  # jobs per message at most
-MAX_OPEN_CONNECTIONS = 64  # per worker
 MAX_AFFINITY_KEYS = 200_000
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome of checking one predicted SQL against its gold SQL."""
-
-    match: MatchResult
-    pred: ExecResult  # rows dropped unless the batch asked to keep them
-
-    def to_dict(self) -> dict:
-        return {"match": self.match.to_dict(), "pred": self.pred.to_dict()}
-
-
-class _Runner:
-    """Runs jobs with a connection cache and a gold-result cache; lives in each worker."""
-
-    def __init__(self, timeout_s, max_rows, max_bytes, gold_cache_size):
-        self.timeout_s, self.max_rows, self.max_bytes = timeout_s, max_rows, max_bytes
-        self.gold_cache_size = gold_cache_size
-        self.connections: OrderedDict = OrderedDict()
-        self.gold_cache: OrderedDict = OrderedDict()
-
-    def execute(self, db: str, sql: str) -> ExecResult:
-        start = time.monotonic()
-        problem = statement_problem(sql)
-        if problem:
-            return ExecResult(ok=False, error=problem)
-        conn = self.connections.get(db)
-        if conn is None:
-            try:
-                conn = open_sandboxed(db, self.max_bytes)
-            except Exception as exc:  # noqa: BLE001 - any failure to open is the item's error
-                return ExecResult(ok=False, error=f"cannot open database: {exc}")
-            self.connections[db] = conn
-            if len(self.connections) > MAX_OPEN_CONNECTIONS:
-                self.connections.popitem(last=False)[1].close()
-        self.connections.move_to_end(db)
-        return run_with_deadline(conn, sql, start, self.timeout_s, self.max_rows, self.max_bytes)
-
-    def gold(self, db: str, sql: str) -> ExecResult:
-        key = (db, sql)
-        hit = self.gold_cache.get(key)
-        if hit is not None:
-            self.gold_cache.move_to_end(key)
-            return hit
-        result = self.execute(db, sql)
-        # a missing file or a timeout under load may not last: only keep real answers
-        if result.ok or not (result.timed_out or result.error.startswith("cannot open")):
-            self.gold_cache[key] = result
-            if len(self.gold_cache) > self.gold_cache_size:
-                self.gold_cache.popitem(last=False)
-        return result
-
-    def run(self, job: tuple):
-        kind = job[0]
-        if kind == "exec":
-            return self.execute(job[1], job[2])
-        _, db, pred_sql, gold_sql, mode, keep_rows = job
-        gold = self.gold(db, gold_sql)
-        pred = self.execute(db, pred_sql)
-        ordered = mode == "spider" and gold.ok and has_order_by(gold_sql)
-        match = execution_match(pred, gold, mode, ordered=ordered)
-        return Verdict(match, pred if keep_rows else replace(pred, rows=[]))
-
-
-def _failed(job: tuple, message: str):
-    pred = ExecResult(ok=False, error=message)
-    if job[0] == "exec":
-        return pred
-    return Verdict(MatchResult(False, "worker_died"), pred)
-
-
-def _worker_main(conn, progress, settings: dict, parent: int) -> None:
-    """Run chunks of jobs; `progress` = [position in the chunk, start time of that job or 0].
-
-    `parent` is the pid of the process that started the worker, passed in rather than read
-    here: a parent killed while the worker is still starting would otherwise be missed (the
-    worker would read its new parent's pid and run the whole queued chunk)."""
-    runner = _Runner(**settings)
-    while True:
-        try:
-            chunk = conn.recv()
-        except (EOFError, OSError):
-            return
-        if chunk is None:
-            return
-        results = []
-        for position, (idx, job) in enumerate(chunk):
-            if os.getppid() != parent:
-                return  # the parent was killed: nobody waits for the rest of the chunk
-            progress[0], progress[1] = position, time.monotonic()
-            try:
-                result = runner.run(job)
-            except Exception as exc:  # noqa: BLE001 - a bug must not take the worker down
-                result = _failed(job, f"internal error: {exc!r}")
-            results.append((idx, result))
-        progress[1] = 0.0
-        conn.send(results)
 
 
 class _Worker:
@@ -147,7 +47,7 @@ class _Worker:
         self.conn, child = ctx.Pipe()
         self.progress = ctx.RawArray("d", 2)
         self.process = ctx.Process(
-            target=_worker_main,
+            target=worker_main,
             args=(child, self.progress, settings, os.getpid()),
             daemon=True,
         )
@@ -200,7 +100,7 @@ class BatchExecutor:
         self._ctx = mp.get_context("spawn")
         self._workers: list[_Worker] = []
         self._affinity: dict = {}
-        self._inline = _Runner(**self.settings) if self.n_workers == 0 else None
+        self._inline = Runner(**self.settings) if self.n_workers == 0 else None
 
     # ---------------------------------------------------------------- public
     def execute_many(self, items) -> list[ExecResult]:
@@ -212,7 +112,17 @@ class BatchExecutor:
         """Check `(db, pred_sql, gold_sql)` triples under `mode`; verdicts in input order."""
         if mode not in MATCH_MODES:
             execution_match(ExecResult(ok=True), ExecResult(ok=True), mode)  # raises ConfigError
-        jobs = [("match", str(db), pred, gold, mode, keep_rows) for db, pred, gold in items]
+        items = [(str(db), pred, gold) for db, pred, gold in items]
+        # Worked out here, once per gold query: the workers do not parse SQL.
+        ordered = (
+            {gold: has_order_by(gold) for gold in {g for _, _, g in items}}
+            if mode == "spider"
+            else {}
+        )
+        jobs = [
+            ("match", db, pred, gold, mode, ordered.get(gold, False), keep_rows)
+            for db, pred, gold in items
+        ]
         return self._run(jobs, [(job[1], job[3]) for job in jobs], "verify")
 
     def worker_pids(self) -> list[int]:
@@ -318,7 +228,7 @@ class BatchExecutor:
                 message = (
                     f"SQL worker {how} (exit code {old.process.exitcode}) while running this item"
                 )
-                results[culprit] = _failed(jobs[culprit], message)
+                results[culprit] = failed(jobs[culprit], message)
                 done = 1
             requeue = head + [idx for chunk in old.inflight for idx in chunk]
             queues[i].extendleft(reversed(requeue))

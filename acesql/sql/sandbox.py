@@ -20,9 +20,11 @@ What the sandbox does:
 - enforces a wall-clock deadline (a finite number of seconds > 0, else ConfigError) through
   SQLite's progress handler, which interrupts the virtual machine itself (no thread left
   burning a core after the timeout);
-- bounds the bytes of a result row before it exists: each query's SQLite length limit
-  (`SQLITE_LIMIT_LENGTH`) is `max_bytes` divided by its number of columns (1 KiB at least),
-  so no value, and no row, grows past that inside SQLite, nor later in Python;
+- bounds the bytes of a result row before it exists: a query first runs with SQLite's length
+  limit (`SQLITE_LIMIT_LENGTH`) at `max_bytes` divided by the most columns a result may have
+  (`SQLITE_LIMIT_COLUMN`, 2000); one that hits it (a value over 32 KiB by default) runs again
+  with `max_bytes` divided by its own number of columns (from EXPLAIN; 1 KiB at least), so
+  no row grows past `max_bytes` inside SQLite, nor later in Python;
 - caps the rows and bytes kept from a result.
 
 What it does not do: it does not bound the memory SQLite uses for a large sort or hash
@@ -46,6 +48,7 @@ from acesql.errors import ConfigError
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_ROWS = 100_000
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+MAX_COLUMNS = 2000  # result columns a statement may have (SQLITE_LIMIT_COLUMN, set per connection)
 PROGRESS_STEPS = 2_000  # SQLite VM instructions between deadline checks
 FETCH_CHUNK = 512
 
@@ -162,6 +165,7 @@ def open_sandboxed(
     """A read-only connection with the authorizer and limits installed; see the module doc."""
     conn = open_readonly(path)
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, MAX_COLUMNS)
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _length_limit(max_value_bytes, 1))
     conn.set_authorizer(_authorize)
     return conn
@@ -236,38 +240,58 @@ def run_with_deadline(conn, sql, start, timeout_s, max_rows, max_bytes) -> ExecR
 def _run(conn, sql, start, timeout_s, max_rows, max_bytes) -> ExecResult:
     deadline = start + timeout_s
     conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
-    cursor = None
     try:
-        _bound_row_size(conn, sql, max_bytes)
-        cursor = conn.execute(sql)
-        columns = [d[0] for d in cursor.description or ()]
-        rows, size, truncated = [], 0, False
-        while not truncated:
-            chunk = cursor.fetchmany(FETCH_CHUNK)
-            if not chunk:
-                break
-            for row in chunk:
-                size += _row_bytes(row)
-                if len(rows) >= max_rows or size > max_bytes:
-                    truncated = True
-                    break
-                rows.append(row)
-        return ExecResult(
-            ok=True,
-            columns=columns,
-            rows=rows,
-            truncated=truncated,
-            elapsed_s=time.monotonic() - start,
-        )
+        # First with a length limit that holds for the widest row SQLite allows; only a
+        # query that hits it pays for learning its real width, then runs again.
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _length_limit(max_bytes, MAX_COLUMNS))
+        try:
+            return _fetch(conn, sql, start, max_rows, max_bytes)
+        except sqlite3.DataError as exc:
+            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_TOOBIG:
+                raise
+            width = _result_width(conn, sql)
+            if width >= MAX_COLUMNS:
+                raise
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _length_limit(max_bytes, width))
+            return _fetch(conn, sql, start, max_rows, max_bytes)
     except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError, MemoryError) as exc:
         elapsed = time.monotonic() - start
         timed_out = isinstance(exc, sqlite3.OperationalError) and "interrupted" in str(exc)
         error = f"timeout after {timeout_s:g}s" if timed_out else _describe(exc)
         return ExecResult(ok=False, error=error, timed_out=timed_out, elapsed_s=elapsed)
     finally:
-        if cursor is not None:
-            cursor.close()
         conn.set_progress_handler(None, 0)
+
+
+def _fetch(conn, sql, start, max_rows, max_bytes) -> ExecResult:
+    cursor = conn.execute(sql)
+    try:
+        columns = [d[0] for d in cursor.description or ()]
+        # No row is larger than `row_cap` (the length limit holds each value), so rows are
+        # only measured once that many of them could pass `max_bytes`: most results never are.
+        row_cap = max(1, len(columns)) * (conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH) + 8)
+        rows, size, truncated = [], None, False
+        while not truncated:
+            chunk = cursor.fetchmany(FETCH_CHUNK)
+            if not chunk:
+                break
+            for row in chunk:
+                if len(rows) >= max_rows:
+                    truncated = True
+                    break
+                if size is None and (len(rows) + 1) * row_cap > max_bytes:
+                    size = sum(_row_bytes(r) for r in rows)
+                if size is not None:
+                    size += _row_bytes(row)
+                    if size > max_bytes:
+                        truncated = True
+                        break
+                rows.append(row)
+    finally:
+        cursor.close()
+    return ExecResult(
+        ok=True, columns=columns, rows=rows, truncated=truncated, elapsed_s=time.monotonic() - start
+    )
 
 
 def statement_problem(sql) -> str | None:
@@ -299,26 +323,20 @@ def _length_limit(max_bytes, n_columns: int) -> int:
     return min(max(1024, int(max_bytes) // max(1, n_columns)), 2**31 - 1)
 
 
-def _bound_row_size(conn, sql, max_bytes) -> None:
-    """Set the connection's length limit so that no row of `sql` exceeds `max_bytes`.
-
-    SQLite builds each value of a row (e.g. 16 x `zeroblob(60000000)`) before Python sees
-    any, so the bound must hold inside SQLite: the column count comes from EXPLAIN (prepared,
-    never run). SQL that does not prepare keeps the per-value limit; running it fails alike.
-    """
-    n_columns = 1
+def _result_width(conn, sql) -> int:
+    """The number of columns of `sql`'s result, from EXPLAIN (prepared, never run); 1 when
+    it does not prepare (running it then fails alike)."""
     try:
         cursor = conn.execute("EXPLAIN " + sql)
         try:
             for row in cursor:
                 if row[1] == "ResultRow":  # every ResultRow of a query has its width as P2
-                    n_columns = max(n_columns, row[3])
-                    break
+                    return max(1, row[3])
         finally:
             cursor.close()
     except (sqlite3.Error, sqlite3.Warning, ValueError):
         pass
-    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _length_limit(max_bytes, n_columns))
+    return 1
 
 
 def _wal_without_side_files(path: Path) -> bool:
