@@ -202,6 +202,10 @@ def test_tracking_off_runs_the_stages_and_logs_nothing(project, prefect_harness,
 @pytest.fixture
 def evaluated(project):
     """What the grpo and evaluate stages leave: a model folder, a lock, per-split results."""
+    params = (project / "params.yaml").read_text()
+    params = params.replace("  splits: [test_ood] ", "  splits: [dev, test_ood] ", 1)
+    assert "splits: [dev, test_ood]" in params
+    (project / "params.yaml").write_text(params)
     model = project / "models" / "grpo"
     (model / "pool").mkdir(parents=True)
     (model / "checkpoints" / "step-2").mkdir(parents=True)
