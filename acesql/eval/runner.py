@@ -69,8 +69,13 @@ def evaluate_to_folder(
     finished = sum(len(c) for c in chunks if _key(c) in done)
     if finished:
         print(f"resuming {partial}: {finished} of {len(examples)} questions done", file=sys.stderr)
-    bar = tqdm(total=len(examples), desc=f"evaluate {split}", unit="q", disable=not progress)
-    bar.update(finished)
+    bar = tqdm(
+        total=len(examples),
+        initial=finished,  # a resumed run's bar starts where the last one stopped
+        desc=f"evaluate {split}",
+        unit="q",
+        disable=not progress,
+    )
     _end_with_newline(partial)
     with partial.open("a") as fh:
         if not done and fh.tell() == 0:
