@@ -40,10 +40,11 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
+
+from acesql.staging import scratch_dir
 
 KEEP = 2
 PREFIX = "step-"
@@ -140,14 +141,8 @@ def save_model(model, tokenizer, out_dir: Path, state_dict: dict | None = None) 
     """`save_pretrained` of `model` and `tokenizer` into `out_dir`, file by file atomically
     (other files in `out_dir`, such as `checkpoints/`, stay)."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob(".model.partial-*"):  # left by a killed save
-        shutil.rmtree(stale, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(prefix=".model.partial-", dir=out_dir))
-    try:
+    with scratch_dir(out_dir, "model") as staging:
         model.save_pretrained(staging, state_dict=state_dict, safe_serialization=True)
         tokenizer.save_pretrained(staging)
         for path in sorted(staging.iterdir()):
             os.replace(path, out_dir / path.name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)

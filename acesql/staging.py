@@ -23,23 +23,32 @@ from pathlib import Path
 
 
 @contextmanager
+def scratch_dir(parent: Path, name: str) -> Iterator[Path]:
+    """A new hidden folder `.NAME.partial-*` in `parent`, removed at the end; folders of that
+    name left by a killed run are removed first."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".{name}.partial-"
+    for stale in parent.glob(f"{prefix}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextmanager
 def replace_dir(out_dir: Path) -> Iterator[Path]:
     """Yield an empty folder; when the block returns, it becomes `out_dir` (the old one goes)."""
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    prefix = f".{out_dir.name}.partial-"
-    for stale in out_dir.parent.glob(f"{prefix}*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=out_dir.parent))
-    new = scratch / "new"
-    new.mkdir()
-    try:
+    with scratch_dir(out_dir.parent, out_dir.name) as scratch:
+        new = scratch / "new"
+        new.mkdir()
         yield new
         if out_dir.exists():
             out_dir.rename(scratch / "previous")
         new.rename(out_dir)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def write_atomic(path: Path, text: str) -> None:

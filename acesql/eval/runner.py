@@ -64,7 +64,7 @@ def evaluate_to_folder(
     start = time.monotonic()
     schemas = SchemaCache(prompts.sample_values)
     chunks = [examples[i : i + chunk_size] for i in range(0, len(examples), chunk_size)]
-    options = {k: v for k, v in settings.items() if k in EVAL_ARGS}
+    options = _options(settings)
     seed = options.pop("seed", 0)
     finished = sum(len(c) for c in chunks if _key(c) in done)
     if finished:
@@ -105,14 +105,7 @@ def evaluate_to_folder(
             bar.update(len(chunk))
     bar.close()
     rows = [row for chunk in chunks for row in done[_key(chunk)]]
-    summary = {
-        "model": model,
-        "dataset": dataset,
-        "split": split,
-        "mode": settings.get("mode", "multiset"),
-        **summarize(rows),
-        "seconds": round(time.monotonic() - start, 1),
-    }
+    summary = _described(summarize(rows), model, dataset, split, settings, start)
     _write_json(out / "metrics.json", summary)
     with (out / "rows.jsonl").open("w") as fh:
         for row in rows:
@@ -123,7 +116,41 @@ def evaluate_to_folder(
     return summary, rows
 
 
-EVAL_ARGS = {
+def evaluate_in_memory(
+    examples: list[Example],
+    engine,
+    prompts,
+    executor,
+    *,
+    model: str,
+    dataset: str,
+    split: str,
+    settings: dict,
+) -> tuple[dict, list[dict]]:
+    """`evaluate_to_folder` without the folder: the same summary, nothing written or resumed."""
+    start = time.monotonic()
+    summary, rows = evaluate_examples(examples, engine, prompts, executor, **_options(settings))
+    return _described(summary, model, dataset, split, settings, start), rows
+
+
+def _described(summary: dict, model, dataset, split, settings: dict, start: float) -> dict:
+    """A summary headed by what was evaluated, with the time it took."""
+    return {
+        "model": model,
+        "dataset": dataset,
+        "split": split,
+        "mode": settings.get("mode", "multiset"),
+        **summary,
+        "seconds": round(time.monotonic() - start, 1),
+    }
+
+
+def _options(settings: dict) -> dict:
+    """The settings that are `evaluate_examples`' keyword arguments."""
+    return {k: v for k, v in settings.items() if k in _EVAL_ARGS}
+
+
+_EVAL_ARGS = {
     "mode",
     "retriever_samples",
     "vote_threshold",

@@ -13,13 +13,11 @@ resume fingerprint covers: the stage and the command line fingerprint alike.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from acesql.config import EvaluateSection
 from acesql.data.loaders import Example
-from acesql.eval.end_to_end import evaluate_examples
-from acesql.eval.runner import CHUNK_SIZE, EVAL_ARGS, evaluate_to_folder
+from acesql.eval.runner import CHUNK_SIZE, evaluate_in_memory, evaluate_to_folder
 
 
 def settings(cfg: EvaluateSection, *, seed: int, reasoning: bool, sample_values: int) -> dict:
@@ -73,34 +71,23 @@ class Evaluator:
         chunk_size: int = CHUNK_SIZE,
     ) -> dict:
         """The summary of `examples`; with `out`, also the result folder (resumed if killed)."""
-        if out is not None:
+        common = dict(model=self.cfg.model, dataset=dataset, split=split, settings=self.settings)
+        if out is None:
+            summary, _ = evaluate_in_memory(
+                examples, self.engine, self.prompts, self.executor, **common
+            )
+        else:
             summary, _ = evaluate_to_folder(
                 examples,
                 self.engine,
                 self.prompts,
                 self.executor,
                 out,
-                model=self.cfg.model,
-                dataset=dataset,
-                split=split,
-                settings=self.settings,
                 chunk_size=chunk_size,
                 progress=self.progress,
+                **common,
             )
-            return summary
-        start = time.monotonic()
-        options = {k: v for k, v in self.settings.items() if k in EVAL_ARGS}
-        summary, _ = evaluate_examples(
-            examples, self.engine, self.prompts, self.executor, **options
-        )
-        return {
-            "model": self.cfg.model,
-            "dataset": dataset,
-            "split": split,
-            "mode": self.cfg.match_mode,
-            **summary,
-            "seconds": round(time.monotonic() - start, 1),
-        }
+        return summary
 
     def close(self) -> None:
         self.executor.close()
