@@ -89,11 +89,10 @@ class MlflowTracker(Tracker):
     ):
         from mlflow import MlflowClient
 
+        from acesql.tracking_store import experiment_id
+
         self.client = MlflowClient(tracking_uri)
-        found = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = (
-            found.experiment_id if found else self.client.create_experiment(experiment)
-        )
+        self.experiment_id = experiment_id(self.client, tracking_uri, experiment)
         self.run_tags = dict(run_tags or {})
         self._runs: list[str] = []  # stack of open run ids; the last one receives the logs
 

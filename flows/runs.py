@@ -23,6 +23,7 @@ from acesql.tracking import (
     git_commit,
     tracking_uri,
 )
+from acesql.tracking_store import experiment_id
 
 
 class NullRuns:
@@ -54,10 +55,7 @@ class MlflowRuns(NullRuns):
         from mlflow import MlflowClient
 
         self.client = MlflowClient(uri)
-        found = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = (
-            found.experiment_id if found else self.client.create_experiment(experiment)
-        )
+        self.experiment_id = experiment_id(self.client, uri, experiment)
 
     def open_run(self, name, params=None, tags=None):
         """A run left open when this returns (one spanning processes); its id."""

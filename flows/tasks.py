@@ -81,8 +81,8 @@ def repro(stage: str, force: bool = False, parent_run_id: str | None = None) -> 
     logger = get_run_logger()
     options = ["--force", "--single-item"] if force else []
     command = [sys.executable, "-m", "dvc", "repro", *options, stage]
-    # dvc.yaml says `python`: make it this interpreter, whether or not the venv is activated.
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    # the stages run with this interpreter (scripts/stage), whichever environment is active
+    env = {**os.environ, "ACESQL_PYTHON": sys.executable}
     env[FLOW_RUN_ENV] = str(flow_run.id)
     env.pop(PARENT_RUN_ENV, None)
     if parent_run_id:

@@ -39,6 +39,7 @@ class Server:
     health_url: str
     url: str
     api_url: str | None = None  # written to `<name>.api` while it runs
+    env: tuple[tuple[str, str], ...] = ()  # set for the server on top of this environment
 
 
 def default_servers(prefect_port: int = 4200, mlflow_port: int = 5000) -> list[Server]:
@@ -66,9 +67,13 @@ def default_servers(prefect_port: int = 4200, mlflow_port: int = 5000) -> list[S
             (
                 *(str(bin_dir / "mlflow"), "ui", "--backend-store-uri", "sqlite:///mlflow.db"),
                 *("--host", HOST, "--port", str(mlflow_port)),
+                *("--workers", "1"),  # one person's browser; the default 4 is for a team server
             ),
             f"{mlflow}/health",
             mlflow,
+            # the job runner and its 7 queue consumers serve GenAI evaluation jobs, which
+            # nothing here starts: 1.7 GB and 9 processes less on a 2-core machine
+            env=(("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false"),),
         ),
     ]
 
@@ -95,6 +100,7 @@ def start(servers: list[Server], folder: Path = UI_DIR, timeout_s: float = START
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env={**os.environ, **dict(server.env)},
             start_new_session=True,  # its own process group: it outlives make, stops as one
         )
         (folder / f"{server.name}.pid").write_text(f"{proc.pid}\n")

@@ -76,8 +76,10 @@ def _stages() -> dict[str, dict]:
 @pytest.mark.parametrize("name", sorted(_stages()))
 def test_stage_deps_cover_its_import_closure(name):
     stage = _stages()[name]
-    entry = stage["cmd"].split("-m ", 1)[1].split()[0]
+    launcher, stage_name = stage["cmd"].split()[1:3]  # sh scripts/stage <stage> [args]
+    entry = f"acesql.stages.{stage_name}"
     deps = [str(d) for d in stage["deps"]]
+    assert launcher in deps, f"dvc.yaml stage {name} does not depend on its command {launcher}"
     missing = sorted(
         str(path)
         for path in import_closure(entry)

@@ -17,6 +17,7 @@ import zc.lockfile
 
 ROOT = Path(__file__).resolve().parents[1]
 GIT_USER = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
+TEXT = {"capture_output": True, "text": True, "timeout": 300}
 TINY = {"profile": "tiny", "n_databases": 4, "questions_per_db": 3}
 
 
@@ -99,6 +100,31 @@ def test_dvc_repro_in_a_fresh_clone(clone):
     assert again.returncode == 0, again.stderr
     assert "Stage 'data' didn't change, skipping" in again.stdout
     assert "Running stage" not in again.stdout
+
+
+def test_dvc_repro_from_a_shell_without_the_venv(clone):
+    """`.venv/bin/dvc repro` with no venv on PATH runs the stage with the project's python; an
+    interpreter that cannot run the stages stops naming the fix, and nothing is lost."""
+    dvc = str(Path(sys.executable).parent / "dvc")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "ACESQL_PYTHON")}
+    env["PATH"] = os.pathsep.join(("/usr/bin", "/bin"))
+    metrics = clone / "data" / "metrics.json"
+    venv = clone / ".venv"
+    venv.symlink_to(Path(sys.executable).parents[1])  # the project's venv, where `make` puts it
+    try:
+        ran = subprocess.run([dvc, "repro", "--force", "data"], cwd=clone, env=env, **TEXT)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert metrics.is_file()
+        before = metrics.read_text()
+    finally:
+        venv.unlink()
+    # no .venv and a python3 on PATH without acesql: a clear stop, then `dvc checkout`
+    failed = subprocess.run([dvc, "repro", "--force", "data"], cwd=clone, env=env, **TEXT)
+    assert failed.returncode != 0
+    assert "cannot run acesql's stages" in failed.stderr and "make setup" in failed.stderr
+    restored = subprocess.run([dvc, "checkout", "data"], cwd=clone, env=env, **TEXT)
+    assert restored.returncode == 0, restored.stderr
+    assert metrics.read_text() == before
 
 
 @pytest.mark.slow

@@ -1,7 +1,10 @@
 """`make ui`'s start and stop, with small HTTP servers standing in for Prefect and MLflow."""
 
+import json
 import socket
+import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -76,5 +79,32 @@ def test_the_default_servers_are_prefect_and_mlflow_on_loopback():
     assert mlflow.command[1:] == (
         *("ui", "--backend-store-uri", "sqlite:///mlflow.db"),
         *("--host", "127.0.0.1", "--port", "5000"),
+        *("--workers", "1"),
     )
+    assert dict(mlflow.env) == {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     assert mlflow.health_url == "http://127.0.0.1:5000/health"
+
+
+@pytest.mark.slow
+def test_the_mlflow_ui_is_small_and_serves_artifacts_of_a_moved_store(tmp_path, monkeypatch):
+    from acesql.tracking import MlflowTracker
+
+    monkeypatch.chdir(tmp_path)
+    note = tmp_path / "note.txt"
+    note.write_text("hello")
+    tracker = MlflowTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "acesql")
+    with tracker.start_run("r"):
+        tracker.log_artifact(note)
+        run_id = tracker.run_id
+    _, mlflow = default_servers(mlflow_port=_free_port())
+    start([mlflow], tmp_path / ".ui")
+    try:
+        group = running_pid(tmp_path / ".ui", "mlflow")
+        ps = subprocess.run(["ps", "-o", "pid=", "-g", str(group)], capture_output=True, text=True)
+        assert len(ps.stdout.split()) <= 2, ps.stdout  # the CLI and one uvicorn worker
+        listing = f"{mlflow.url}/ajax-api/2.0/mlflow/artifacts/list?run_id={run_id}"
+        with urllib.request.urlopen(listing, timeout=30) as answer:
+            files = json.load(answer)["files"]
+        assert [f["path"] for f in files] == ["note.txt"]
+    finally:
+        stop([mlflow], tmp_path / ".ui")
