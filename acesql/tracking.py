@@ -114,6 +114,9 @@ class MlflowTracker(Tracker):
                 self._log_params(run_id, flatten(params))
             yield
             status = "FINISHED"
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM in a stage (acesql.stages.common)
+            status = "KILLED"
+            raise
         finally:
             self._runs.pop()
             self.client.set_terminated(run_id, status)

@@ -7,10 +7,16 @@ cache; Prefect owns ordering, logs, retries and the UI. Without PREFECT_API_URL 
 against Prefect's temporary local API, a server it starts and stops by itself. Run it from the
 project root: DVC finds the project, and the stages their params and MLflow store, from there.
 
-With `gpu_deployments` the sft and grpo stages run as flow runs of their GPU deployments
-(`acesql-sft/gpu`, `acesql-grpo/gpu` of prefect.yaml, picked up by a worker of the `gpu` pool)
-and the flow waits for each; the others run here. The deployments work in the same project
-folder (a shared disk, or the same machine), so DVC sees their outputs and lock entries.
+`gpu_deployments` (never | auto | always, flows/dispatch.py) says whether the sft and grpo
+stages run as flow runs of their GPU deployments (`acesql-sft/gpu`, `acesql-grpo/gpu` of
+prefect.yaml, picked up by a worker of the `gpu` pool) or here; `auto` sends them only when a
+worker polls that pool. The flow waits for each dispatched run, at most `gpu_start_timeout_s`
+for a worker to pick it up. The deployments work in the same project folder (a shared disk,
+or the same machine), so DVC sees their outputs and lock entries.
+
+A pipeline that is cancelled (the Prefect UI, `prefect flow-run cancel`) or killed (SIGTERM,
+Ctrl-C) stops the stage it runs, cancels the runs it dispatched and ends its MLflow run, and
+the stage runs under it, as KILLED.
 
 With `profile`, the values of `profiles/<profile>.yaml` are first set in params.yaml (comments
 kept, the whole file validated before it is replaced): `cpu` is the 30-minute default of a
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -36,45 +43,45 @@ from collections.abc import Sequence
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 from prefect import flow, get_run_logger, task  # noqa: E402
-from prefect.deployments import run_deployment
+from prefect.runtime import flow_run  # noqa: E402
 
-from flows.params_file import apply_profile
-from flows.tasks import StageFailed, project_lock, repro
-from flows.tracking import close_pipeline_run, open_pipeline_run, register_model, tag_stage
+from flows.dispatch import (  # noqa: E402
+    GPU_STAGES,
+    START_TIMEOUT_S,
+    GpuMode,
+    cancel_dispatched,
+    dispatch,
+    gpu_deployment,
+    use_gpu_deployments,
+)
+from flows.params_file import apply_profile  # noqa: E402
+from flows.tasks import project_lock, repro  # noqa: E402
+from flows.tracking import (  # noqa: E402
+    close_pipeline_run,
+    end_killed_pipeline_run,
+    open_pipeline_run,
+    register_model,
+    tag_stage,
+)
 
 # the stages of dvc.yaml, in pipeline order
 STAGES = ("base_model", "data", "sft_data", "sft", "rl_data", "grpo", "evaluate")
-GPU_STAGES = ("sft", "grpo")  # the stages prefect.yaml deploys to the gpu work pool
-
-
-@task(task_run_name="run {stage} on {deployment}")
-def dispatch(stage: str, deployment: str, force: bool, parent_run_id: str | None) -> None:
-    """Run the stage's flow as a run of `deployment` (a worker picks it up) and wait for it.
-
-    Not retried: the remote flow retries its own transient failures.
-    """
-    parameters = {"force": force, "parent_run_id": parent_run_id}
-    remote = run_deployment(deployment, parameters=parameters, timeout=None)
-    state = remote.state
-    if state is None or not state.is_completed():
-        ended = f"{state.name}: {state.message}" if state else "without a state"
-        raise StageFailed(
-            f"{stage} ran as flow run {remote.name!r} of {deployment} and ended {ended}"
-        )
 
 
 @flow(name="acesql-pipeline")
 def pipeline(
     stages: Sequence[str] = STAGES,
     force: bool = False,
-    gpu_deployments: bool = False,
+    gpu_deployments: GpuMode = "never",
     registered_model: str = "acesql",
     log_model_weights: bool = False,
     profile: str | None = None,
+    gpu_start_timeout_s: float = START_TIMEOUT_S,
 ) -> None:
     """Reproduce the given DVC stages in pipeline order; stop at the first that fails.
 
-    `gpu_deployments`: run sft and grpo on the gpu work pool's deployments. After evaluate,
+    `gpu_deployments`: where sft and grpo run (never: here; auto: on the gpu work pool's
+    deployments when a worker polls it; always: there, or stop at once). After evaluate,
     the evaluated model is registered in MLflow as `registered_model` (its weights copied to
     the tracking store only with `log_model_weights`; see flows/tracking.py).
     """
@@ -84,6 +91,7 @@ def pipeline(
     if profile:
         with project_lock():
             use_profile(profile)
+    remote = any(s in GPU_STAGES for s in stages) and use_gpu_deployments(gpu_deployments)
     options = {"stages": list(stages), "force": force, "gpu_deployments": gpu_deployments}
     parent = open_pipeline_run(options)
     status = "FAILED"
@@ -91,8 +99,8 @@ def pipeline(
         for stage in STAGES:
             if stage not in stages:
                 continue
-            if gpu_deployments and stage in GPU_STAGES:
-                dispatch(stage, gpu_deployment(stage), force, parent)
+            if remote and stage in GPU_STAGES:
+                dispatch(stage, gpu_deployment(stage), force, parent, gpu_start_timeout_s)
             else:
                 with project_lock():
                     repro(stage, force, parent)
@@ -100,8 +108,33 @@ def pipeline(
         if "evaluate" in stages:
             register_model(parent, registered_model, log_model_weights)
         status = "FINISHED"
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # cancelled, terminated, interrupted
+            status = "KILLED"
+            end_killed(parent)
+        raise
     finally:
-        close_pipeline_run(parent, status)
+        if status != "KILLED":
+            close_pipeline_run(parent, status)
+
+
+def end_killed(parent_run_id: str | None) -> None:
+    """What a cancelled or killed pipeline leaves in order: no dispatched run left waiting or
+    running, its MLflow run and the stage runs under it ended as KILLED.
+
+    Plain calls, not tasks: the flow is being torn down.
+    """
+    logger = get_run_logger()
+    try:
+        cancelled = cancel_dispatched(flow_run.id)
+        if cancelled:
+            logger.info("cancelled the runs this pipeline dispatched: %s", cancelled)
+    except Exception as exc:  # noqa: BLE001 (teardown goes on to MLflow whatever failed here)
+        logger.warning("could not cancel the runs this pipeline dispatched: %s", exc)
+    try:
+        end_killed_pipeline_run(parent_run_id)
+    except Exception as exc:  # noqa: BLE001 (the flow's own error is the one to raise)
+        logger.warning("could not end MLflow run %s as KILLED: %s", parent_run_id, exc)
 
 
 @task(task_run_name="use profile {profile}")
@@ -111,11 +144,6 @@ def use_profile(profile: str) -> None:
     get_run_logger().info("profile %s: %d values set in params.yaml", profile, len(names))
 
 
-def gpu_deployment(stage: str) -> str:
-    """The prefect.yaml deployment of a stage on the gpu pool, as `flow/deployment`."""
-    return f"acesql-{stage}/gpu"
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -123,8 +151,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--force", action="store_true", help="rerun even if nothing changed")
     parser.add_argument(
         "--gpu-deployments",
-        action="store_true",
-        help="run sft and grpo on the gpu pool's deployments (needs a Prefect server)",
+        choices=("never", "auto", "always"),
+        default="never",
+        nargs="?",
+        const="always",
+        help="where sft and grpo run: never (here) [default], auto (the gpu pool's deployments "
+        "when a worker polls it), always (there; alone: always). Needs a Prefect server",
+    )
+    parser.add_argument(
+        "--gpu-start-timeout",
+        type=float,
+        default=START_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds a dispatched run may wait for a gpu worker [{START_TIMEOUT_S:.0f}]",
     )
     parser.add_argument("--registered-model", default="acesql", help="registry name [acesql]")
     parser.add_argument(
@@ -134,6 +173,10 @@ def main(argv: list[str] | None = None) -> None:
         "--profile", help="set profiles/PROFILE.yaml's values in params.yaml first (cpu, long)"
     )
     args = parser.parse_args(argv)
+    # Prefect turns SIGTERM into a crash of the flow and then re-sends it to the handler it
+    # found: this one exits through Python's normal shutdown, which stops the temporary API
+    # server this process started (the default handler would leave it running).
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     state = pipeline(
         args.stages,
         args.force,
@@ -141,9 +184,14 @@ def main(argv: list[str] | None = None) -> None:
         args.registered_model,
         args.log_model_weights,
         args.profile,
+        args.gpu_start_timeout,
         return_state=True,
     )
     sys.exit(0 if state.is_completed() else 1)
+
+
+def _exit_on_signal(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

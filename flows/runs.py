@@ -38,7 +38,7 @@ class NullRuns:
     def set_tags(self, run_id: str | None, tags: Mapping[str, str]) -> None:
         pass
 
-    def find_runs(self, tags: Mapping[str, str]) -> list[str]:
+    def find_runs(self, tags: Mapping[str, str], status: str | None = None) -> list[str]:
         return []
 
     def register_model(self, name, run_id, folder, tags=None, description="") -> str | None:
@@ -84,11 +84,14 @@ class MlflowRuns(NullRuns):
         if batch:
             self.client.log_batch(run_id, tags=batch)
 
-    def find_runs(self, tags):
-        """The runs of the experiment carrying all of `tags`, newest first."""
+    def find_runs(self, tags, status=None):
+        """The runs of the experiment carrying all of `tags` (and in `status`), newest first."""
+        query = _tag_filter(tags)
+        if status:
+            query += f" and attributes.status = {_quoted(status)}"
         runs = self.client.search_runs(
             [self.experiment_id],
-            filter_string=_tag_filter(tags),
+            filter_string=query,
             order_by=["attributes.start_time DESC"],
         )
         return [run.info.run_id for run in runs]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -21,6 +22,7 @@ from prefect.tasks import exponential_backoff
 from acesql.tracking import FLOW_RUN_ENV, PARENT_RUN_ENV
 
 STDERR_TAIL = 20  # lines of stderr a failed stage reports
+STOP_GRACE_S = 10.0  # a stopped stage's time to end its MLflow run before SIGKILL
 DVC_LOCK_BUSY = "Unable to acquire lock"  # dvc/lock.py: another DVC process holds the repo
 
 PROJECT_LOCK = Path(".dvc/tmp/acesql-flow.lock")
@@ -49,6 +51,19 @@ def project_lock():
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM the process group `proc` leads (the stage ends its run as KILLED, leaving its
+    last checkpoint to resume from), SIGKILL it after `grace_s`."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 class StageFailed(RuntimeError):
@@ -88,8 +103,14 @@ def repro(stage: str, force: bool = False, parent_run_id: str | None = None) -> 
     if parent_run_id:
         env[PARENT_RUN_ENV] = parent_run_id
     logger.info("$ %s", " ".join(command[2:]))
+    # its own process group: a cancelled flow stops DVC and the stage under it together
     proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
     )
     tail: deque[str] = deque(maxlen=STDERR_TAIL)
 
@@ -100,10 +121,14 @@ def repro(stage: str, force: bool = False, parent_run_id: str | None = None) -> 
 
     reader = threading.Thread(target=pump_stderr, daemon=True)
     reader.start()
-    for line in proc.stdout:
-        logger.info(line.rstrip())
-    reader.join()
-    code = proc.wait()
+    try:
+        for line in proc.stdout:
+            logger.info(line.rstrip())
+        reader.join()
+        code = proc.wait()
+    except BaseException:  # the flow is cancelled or killed while the stage runs
+        stop_group(proc)
+        raise
     if code != 0:
         message = f"dvc repro {stage} exited with {code}; last lines of stderr:\n" + "\n".join(tail)
         busy = any(DVC_LOCK_BUSY in line for line in tail)

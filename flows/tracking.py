@@ -38,7 +38,7 @@ from requests.exceptions import Timeout
 
 from acesql.config import load_section
 from acesql.errors import DataError
-from acesql.tracking import FLOW_RUN_TAG
+from acesql.tracking import FLOW_RUN_TAG, PARENT_RUN_TAG
 from flows.runs import NullRuns, dvc_out_md5, dvc_stage_tags, pipeline_runs
 
 PARAMS = Path("params.yaml")
@@ -114,6 +114,19 @@ def open_pipeline_run(options: dict) -> str | None:
 @tracking_task(task_run_name="close the pipeline's MLflow run ({status})")
 def close_pipeline_run(run_id: str | None, status: str) -> None:
     _tracker().close_run(run_id, status)
+
+
+def end_killed_pipeline_run(run_id: str | None) -> None:
+    """End the pipeline's run, and the stage runs under it still running, as KILLED.
+
+    A plain function: a cancelled flow calls it while it is torn down.
+    """
+    if run_id is None:
+        return
+    tracker = _tracker()
+    for child in tracker.find_runs({PARENT_RUN_TAG: run_id}, status="RUNNING"):
+        tracker.close_run(child, "KILLED")
+    tracker.close_run(run_id, "KILLED")
 
 
 @tracking_task(task_run_name="tag {stage}'s MLflow runs with dvc.lock")

@@ -7,8 +7,10 @@ changes included. Its params.yaml is shrunk to a tiny synthetic dataset.
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -198,6 +200,55 @@ def test_python_m_flows_pipeline_uses_a_temporary_api(clone):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Starting temporary server" in proc.stdout + proc.stderr
     assert "Finished in state Completed()" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_a_terminated_pipeline_stops_its_stage_and_ends_its_runs_killed(clone):
+    """SIGTERM (what a worker sends a cancelled flow run) while `dvc repro data` runs."""
+    from mlflow import MlflowClient
+
+    path = clone / "params.yaml"
+    tiny = path.read_text()
+    params = yaml.safe_load(tiny)
+    params["data"]["synth"].update({"n_databases": 50, "questions_per_db": 40})  # ~30 s
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PYTHONUNBUFFERED"] = "1"  # each log line as it is written
+    command = [sys.executable, "-m", "flows.pipeline", "--stages", "data", "--force"]
+    proc = subprocess.Popen(
+        command, cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    client = MlflowClient(f"sqlite:///{clone / 'mlflow.db'}")
+
+    def runs():
+        experiment = client.get_experiment_by_name("acesql")
+        found = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time"])
+        parent = [r for r in found if r.info.run_name.startswith("pipeline")][-1]
+        under = [r for r in found if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+        return parent, under
+
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "Running stage 'data'" in line:
+                break
+        for _ in range(240):  # until the stage process has opened its MLflow run
+            if runs()[1]:
+                break
+            time.sleep(0.25)
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        path.write_text(tiny)
+    out = "".join(seen) + rest
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "Stopping temporary server" in out  # not left running
+    left = subprocess.run(["pgrep", "-f", "acesql.stages.data"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", out[-3000:]
+    parent, [stage] = runs()
+    assert (parent.info.status, stage.info.status) == ("KILLED", "KILLED"), out[-3000:]
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ these tests run in a temporary project folder in seconds; tests/test_dvc_repro.p
 real thing. Each test has its own sqlite MLflow store.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from mlflow import MlflowClient
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed
 
+import flows.dispatch
 import flows.pipeline
 import flows.stages
 import flows.tasks
@@ -94,9 +96,10 @@ def deployments(monkeypatch):
 
     def fake_run_deployment(name, parameters=None, timeout=None, **kwargs):
         calls.append({"name": name, "parameters": parameters, "timeout": timeout})
-        return SimpleNamespace(name=f"remote-{len(calls)}", state=answer["state"]())
+        return SimpleNamespace(id=None, name=f"remote-{len(calls)}", state=answer["state"]())
 
-    monkeypatch.setattr(flows.pipeline, "run_deployment", fake_run_deployment)
+    monkeypatch.setattr(flows.dispatch, "run_deployment", fake_run_deployment)
+    monkeypatch.setattr(flows.dispatch, "pool_workers", lambda pool: (1, "1 worker online"))
     return SimpleNamespace(calls=calls, answer=answer)
 
 
@@ -112,14 +115,14 @@ def test_gpu_stages_are_dispatched_to_their_deployments(
     project, prefect_harness, repro_calls, deployments
 ):
     state = flows.pipeline.pipeline(
-        ["sft_data", "sft", "grpo"], gpu_deployments=True, return_state=True
+        ["sft_data", "sft", "grpo"], gpu_deployments="always", return_state=True
     )
     assert state.is_completed()
     _, runs = mlflow_runs()
     parent = runs["pipeline"].info.run_id
     assert repro_calls == [("sft_data", False, parent)]  # the CPU stage runs here
     assert deployments.calls == [
-        {"name": name, "parameters": {"force": False, "parent_run_id": parent}, "timeout": None}
+        {"name": name, "parameters": {"force": False, "parent_run_id": parent}, "timeout": 0}
         for name in ("acesql-sft/gpu", "acesql-grpo/gpu")
     ]
     assert runs["pipeline"].info.status == "FINISHED"
@@ -129,7 +132,7 @@ def test_a_failed_remote_stage_fails_the_pipeline(
     project, prefect_harness, repro_calls, deployments
 ):
     deployments.answer["state"] = lambda: Failed(message="CUDA out of memory")
-    state = flows.pipeline.pipeline(["sft", "grpo"], gpu_deployments=True, return_state=True)
+    state = flows.pipeline.pipeline(["sft", "grpo"], gpu_deployments="auto", return_state=True)
     assert state.is_failed()
     error = state.result(raise_on_failure=False)
     assert isinstance(error, flows.tasks.StageFailed)
@@ -145,6 +148,104 @@ def test_without_gpu_deployments_every_stage_is_reproduced_here(
     assert flows.pipeline.pipeline(["sft", "grpo"], force=True, return_state=True).is_completed()
     assert [(stage, force) for stage, force, _ in repro_calls] == [("sft", True), ("grpo", True)]
     assert deployments.calls == []
+
+
+def _gpu_pool(with_worker: bool, deployment: bool = True):
+    """The gpu work pool, with a worker that heartbeats but never polls, and acesql-sft/gpu."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+
+    with get_client(sync_client=True) as client:
+        client.create_work_pool(WorkPoolCreate(name="gpu", type="process"), overwrite=True)
+        if with_worker:
+            client.send_worker_heartbeat("gpu", "idle-worker", heartbeat_interval_seconds=60)
+        if deployment:
+            flow_id = client.create_flow_from_name("acesql-sft")
+            client.create_deployment(
+                flow_id, "gpu", entrypoint="flows/stages.py:sft_flow", work_pool_name="gpu"
+            )
+
+
+def _no_gpu_pool():
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client, contextlib.suppress(ObjectNotFound):
+        client.delete_work_pool("gpu")
+
+
+def test_auto_without_a_gpu_worker_runs_the_gpu_stages_here(
+    project, prefect_harness, repro_calls, caplog
+):
+    _no_gpu_pool()
+    state = flows.pipeline.pipeline(["sft", "grpo"], gpu_deployments="auto", return_state=True)
+    assert state.is_completed()
+    assert [stage for stage, _, _ in repro_calls] == ["sft", "grpo"]
+    assert "there is no work pool 'gpu'" in caplog.text and "run here" in caplog.text
+
+
+def test_always_without_a_gpu_worker_stops_at_once_naming_the_fix(
+    project, prefect_harness, repro_calls
+):
+    _gpu_pool(with_worker=False, deployment=False)
+    state = flows.pipeline.pipeline(["sft"], gpu_deployments="always", return_state=True)
+    assert state.is_failed()
+    message = str(state.result(raise_on_failure=False))
+    assert "no worker polls work pool 'gpu'" in message
+    assert "prefect worker start --pool gpu" in message and "'auto'" in message
+    assert repro_calls == []
+
+
+def test_a_run_no_worker_picks_up_is_cancelled_after_the_start_timeout(
+    project, prefect_harness, repro_calls, monkeypatch
+):
+    from prefect.client.orchestration import get_client
+
+    _gpu_pool(with_worker=True)
+    monkeypatch.setattr(flows.dispatch, "POLL_S", 0.2)
+    started = time.monotonic()
+    state = flows.pipeline.pipeline(
+        ["sft"], gpu_deployments="always", gpu_start_timeout_s=2, return_state=True
+    )
+    assert state.is_failed() and time.monotonic() - started < 60
+    message = str(state.result(raise_on_failure=False))
+    assert "of acesql-sft/gpu was not picked up within 2 s" in message
+    assert "it was cancelled" in message
+    with get_client(sync_client=True) as client:
+        [run] = [r for r in client.read_flow_runs() if r.name in message]
+    assert run.state.type.value == "CANCELLED"
+    _, runs = mlflow_runs()
+    assert runs["pipeline"].info.status == "FAILED"
+
+
+def test_a_killed_pipeline_cancels_its_dispatched_runs_and_ends_its_mlflow_runs_killed(
+    project, prefect_harness, name
+):
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+
+    from flows.runs import pipeline_runs
+    from flows.tracking import end_killed_pipeline_run
+
+    _gpu_pool(with_worker=False)
+    waiting = run_deployment(
+        "acesql-sft/gpu", timeout=0, tags=[flows.dispatch.dispatch_tag("pipe-1")]
+    )
+    other = run_deployment("acesql-sft/gpu", timeout=0, tags=["someone-else"])
+    assert flows.dispatch.cancel_dispatched("pipe-1") == [waiting.name]
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(waiting.id).state.type.value == "CANCELLED"
+        assert client.read_flow_run(other.id).state.type.value == "SCHEDULED"
+
+    runs = pipeline_runs(load_section("params.yaml", "base"))
+    parent = runs.open_run("pipeline x")
+    runs.open_run("sft", tags={PARENT_RUN_TAG: parent})
+    done = runs.open_run("sft_data", tags={PARENT_RUN_TAG: parent})
+    runs.close_run(done, "FINISHED")
+    end_killed_pipeline_run(parent)
+    client, by_name = mlflow_runs()
+    statuses = {n: run.info.status for n, run in by_name.items()}
+    assert statuses == {"pipeline": "KILLED", "sft": "KILLED", "sft_data": "FINISHED"}
 
 
 def test_a_profile_is_set_in_params_yaml_before_the_stages_run(

@@ -15,7 +15,8 @@ import pytest
 import yaml
 from prefect.flows import load_flow_from_entrypoint
 
-from flows.pipeline import GPU_STAGES, STAGES, gpu_deployment
+from flows.dispatch import GPU_STAGES, gpu_deployment
+from flows.pipeline import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "prefect.yaml").read_text())
@@ -38,7 +39,7 @@ def test_every_stage_and_the_pipeline_have_a_deployment_on_their_pool():
     assert set(deployments) == expected
     for name, entry in deployments.items():
         assert entry["work_pool"]["name"] == name.split("/")[1]
-    assert deployments["acesql-pipeline/cpu"]["parameters"] == {"gpu_deployments": True}
+    assert deployments["acesql-pipeline/cpu"]["parameters"] == {"gpu_deployments": "auto"}
 
 
 def test_the_pipeline_dispatches_to_deployments_that_exist():
@@ -101,4 +102,4 @@ def test_prefect_deploy_creates_them(prefect_harness, tmp_path):
     assert "learning_rate" in schema["definitions"]["SftSection"]["properties"]  # the UI's form
     # resolved on the worker when a run starts, not here
     assert sft.pull_steps == CONFIG["pull"]
-    assert deployed["acesql-pipeline/cpu"].parameters == {"gpu_deployments": True}
+    assert deployed["acesql-pipeline/cpu"].parameters == {"gpu_deployments": "auto"}

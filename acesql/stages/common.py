@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,14 +24,17 @@ def run_stage(
     argv=None,
     resume_run: Callable | None = None,
     run_name: str | None = None,
+    tags: Callable | None = None,
 ) -> None:
     """Parse `--params`, load `sections`, open a tracked run named `name`, call `work`.
 
     `work(sections: dict, tracker) -> dict` returns the stage's metrics, printed as JSON.
     `resume_run(sections) -> run id or None` names an earlier run to continue (a training
     stage resuming from its checkpoint). `run_name` names the MLflow run when one stage has
-    several DVC instances (`evaluate@dev`); the `stage` tag stays `name`. Configuration and
-    data errors print one `error:` line and exit with status 2.
+    several DVC instances (`evaluate@dev`); the `stage` tag stays `name`. `tags(sections) ->
+    dict` adds tags of the run's own (the data stage's `source`). Configuration and
+    data errors print one `error:` line and exit with status 2; SIGTERM and Ctrl-C end the run
+    as KILLED and exit with status 130.
     """
     parser = argparse.ArgumentParser(
         prog=f"python -m acesql.stages.{name}",
@@ -38,17 +43,29 @@ def run_stage(
     )
     parser.add_argument("--params", default="params.yaml", help="params file [params.yaml]")
     args = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupted)
     try:
         loaded = {s: load_section(args.params, s) for s in sections}
         tracker = make_tracker(loaded["base"])
         params = {s: section.model_dump(mode="json") for s, section in loaded.items()}
         run_id = resume_run(loaded) if resume_run else None
-        with tracker.start_run(run_name or name, params, tags={"stage": name}, run_id=run_id):
+        run_tags = {"stage": name, **(tags(loaded) if tags else {})}
+        with tracker.start_run(run_name or name, params, tags=run_tags, run_id=run_id):
             metrics = work(loaded, tracker)
     except AcesqlError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    print(json.dumps(metrics, default=str)[:2000])
+    except KeyboardInterrupt as exc:
+        print(f"stopped: {exc or 'interrupted'}", file=sys.stderr)
+        sys.exit(130)
+    print(json.dumps(metrics, default=str))
+
+
+def _interrupted(signum, frame):
+    """SIGTERM (a cancelled flow, a stopped worker) unwinds the stage like Ctrl-C: its run
+    ends as KILLED and its temporary files are removed; checkpoints stay for a resume."""
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def write_metrics(path: Path, metrics: dict) -> None:

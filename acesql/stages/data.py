@@ -22,20 +22,20 @@ built beside the old ones and swapped in only when the whole stage has succeeded
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from acesql.config import BaseSection, DataSection, SynthSection, load_section
+from acesql.config import BaseSection, DataSection, SynthSection
 from acesql.data.filtering import filter_examples
 from acesql.data.loaders import Example, load_dataset
 from acesql.data.stats import distribution_figure, split_counts
-from acesql.errors import AcesqlError, ConfigError, DataError
+from acesql.errors import ConfigError, DataError
+from acesql.stages.common import run_stage
 from acesql.staging import replace_dir, write_atomic
-from acesql.tracking import Tracker, flatten, make_tracker
+from acesql.tracking import Tracker, flatten
 
 SPLIT_NAMES = ("train", "dev", "test_ood")
 
@@ -127,21 +127,13 @@ def _write_jsonl(path: Path, examples: list[Example]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m acesql.stages.data", description=__doc__)
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--params", default="params.yaml", help="params file [params.yaml]")
-    args = parser.parse_args(argv)
-    try:
-        base = load_section(args.params, "base")
-        data = load_section(args.params, "data")
-        tracker = make_tracker(base)
-        params = {"base": base.model_dump(mode="json"), "data": data.model_dump(mode="json")}
-        with tracker.start_run("data", params, tags={"stage": "data", "source": data.source}):
-            metrics = prepare_data(base, data, tracker)
-    except AcesqlError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    print(json.dumps(metrics["splits"]))
+    def work(sections, tracker):
+        return prepare_data(sections["base"], sections["data"], tracker)
+
+    def tags(sections):
+        return {"source": sections["data"].source}
+
+    run_stage("data", __doc__, ("base", "data"), work, argv, tags=tags)
 
 
 if __name__ == "__main__":
