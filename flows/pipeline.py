@@ -36,6 +36,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 
 # Without PREFECT_API_URL a temporary API server starts, migrating a new database on its first
@@ -59,6 +60,7 @@ from flows.tasks import project_lock, repro  # noqa: E402
 from flows.tracking import (  # noqa: E402
     close_pipeline_run,
     end_killed_pipeline_run,
+    log_stage_time,
     open_pipeline_run,
     register_model,
     tag_stage,
@@ -99,12 +101,14 @@ def pipeline(
         for stage in STAGES:
             if stage not in stages:
                 continue
+            started = time.monotonic()
             if remote and stage in GPU_STAGES:
                 dispatch(stage, gpu_deployment(stage), force, parent, gpu_start_timeout_s)
             else:
                 with project_lock():
                     repro(stage, force, parent)
                     tag_stage(stage, parent)
+            log_stage_time(parent, stage, time.monotonic() - started)
         if "evaluate" in stages:
             register_model(parent, registered_model, log_model_weights)
         status = "FINISHED"

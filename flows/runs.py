@@ -44,6 +44,9 @@ class NullRuns:
     def register_model(self, name, run_id, folder, tags=None, description="") -> str | None:
         return None
 
+    def log_metrics(self, run_id: str | None, metrics: Mapping[str, float]) -> None:
+        pass
+
     def find_model_version(self, name: str, tags: Mapping[str, str]) -> str | None:
         return None
 
@@ -83,6 +86,17 @@ class MlflowRuns(NullRuns):
         batch = [RunTag(k, str(v)) for k, v in tags.items()]
         if batch:
             self.client.log_batch(run_id, tags=batch)
+
+    def log_metrics(self, run_id, metrics):
+        """Numbers on any run of the experiment, open or ended (step 0)."""
+        import time
+
+        from mlflow.entities import Metric
+
+        now_ms = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now_ms, 0) for k, v in metrics.items()]
+        if batch:
+            self.client.log_batch(run_id, metrics=batch)
 
     def find_runs(self, tags, status=None):
         """The runs of the experiment carrying all of `tags` (and in `status`), newest first."""
@@ -157,6 +171,67 @@ def dvc_stage_tags(lock: str | Path, stage: str) -> dict[str, str]:
     }
     tags.update({f"dvc.out.{o['path']}": o["md5"] for p in parts for o in p.get("outs", [])})
     return tags
+
+
+# The numbers of each stage a pipeline's run carries (`<stage>.<key>`, `evaluate.<split>.<key>`),
+# read from the .json outputs of the stage's dvc.lock entries: the MLflow compare view of two
+# pipeline runs lines these up. A stage DVC skipped still has them (its cached outputs).
+HEADLINES = {
+    "base_model": ("parameters",),
+    "data": ("splits.train.n", "splits.dev.n", "splits.test_ood.n"),
+    "sft_data": ("n_retriever", "n_generator"),
+    "sft": ("steps", "first_loss", "final_loss", "train_seconds"),
+    "rl_data": ("considered", "kept", "kept_rate"),
+    "grpo": (
+        "steps",
+        "questions",
+        "retriever_reward_mean_first5",
+        "retriever_reward_mean_last5",
+        "generator_reward_mean_first5",
+        "generator_reward_mean_last5",
+        "best_val_pipeline_ex",
+        "train_seconds",
+    ),
+    "evaluate": (
+        "n",
+        "pipeline_ex",
+        "maj_ex",
+        "generator_ex",
+        "retriever_recall",
+        "covers_gold",
+        "retriever_fallback_rate",
+    ),
+}
+
+
+def stage_headlines(lock: str | Path, stage: str, root: Path = Path()) -> dict[str, float]:
+    """The `HEADLINES` numbers of `stage`, from the JSON files its dvc.lock entries output.
+
+    >>> import tempfile; root = Path(tempfile.mkdtemp())
+    >>> _ = (root / "m.json").write_text('{"final_loss": 0.5, "steps": 3, "note": "x"}')
+    >>> _ = (root / "dvc.lock").write_text("stages: {sft: {outs: [{path: m.json, md5: a}]}}")
+    >>> stage_headlines(root / "dvc.lock", "sft", root)
+    {'sft.steps': 3.0, 'sft.final_loss': 0.5}
+    """
+    numbers = {}
+    for name, entry in _lock_stages(lock).items():
+        base, _, item = name.partition("@")
+        if base != stage:
+            continue
+        prefix = f"{stage}.{item}." if item else f"{stage}."
+        for out in entry.get("outs", []):
+            path = root / out["path"]
+            if path.suffix != ".json" or not path.is_file():
+                continue
+            try:
+                flat = flatten(json.loads(path.read_text()))
+            except json.JSONDecodeError:
+                continue
+            for key in HEADLINES.get(stage, ()):
+                value = flat.get(key)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    numbers[prefix + key] = float(value)
+    return numbers
 
 
 def dvc_out_md5(lock: str | Path, path: str | Path) -> tuple[str, str] | None:

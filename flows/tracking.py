@@ -39,7 +39,7 @@ from requests.exceptions import Timeout
 from acesql.config import load_section
 from acesql.errors import DataError
 from acesql.tracking import FLOW_RUN_TAG, PARENT_RUN_TAG
-from flows.runs import NullRuns, dvc_out_md5, dvc_stage_tags, pipeline_runs
+from flows.runs import NullRuns, dvc_out_md5, dvc_stage_tags, pipeline_runs, stage_headlines
 
 PARAMS = Path("params.yaml")
 LOCK = Path("dvc.lock")
@@ -134,7 +134,8 @@ def tag_stage(stage: str, parent_run_id: str | None) -> None:
     """Tag the stage's runs of this flow run, and the parent run, with its dvc.lock entry.
 
     A stage DVC skipped (nothing changed) has no run here: the parent's tags still name the
-    cached outputs the pipeline used.
+    cached outputs the pipeline used. The parent also gets the stage's headline numbers
+    (`flows.runs.HEADLINES`), so two pipeline runs compare in MLflow without their children.
     """
     tags = dvc_stage_tags(LOCK, stage)
     tracker = _tracker()
@@ -144,6 +145,14 @@ def tag_stage(stage: str, parent_run_id: str | None) -> None:
         tracker.set_tags(
             parent_run_id, {f"dvc.{stage}.{k.removeprefix('dvc.')}": v for k, v in tags.items()}
         )
+        tracker.log_metrics(parent_run_id, stage_headlines(LOCK, stage))
+
+
+@tracking_task(task_run_name="log {stage}'s wall time on the pipeline's MLflow run")
+def log_stage_time(parent_run_id: str | None, stage: str, seconds: float) -> None:
+    """`wall_s.<stage>`: how long the stage took in this pipeline (a skipped one: DVC's check)."""
+    if parent_run_id:
+        _tracker().log_metrics(parent_run_id, {f"wall_s.{stage}": round(seconds, 1)})
 
 
 @tracking_task(task_run_name="register the evaluated model")

@@ -627,3 +627,47 @@ def test_unfinished_files_without_a_header_or_two_of_them(tmp_path):
     (tmp_path / ".partial-fedcba9876543210.jsonl").write_text("")
     with pytest.raises(DataError, match="several unfinished evaluations"):
         read_unfinished(tmp_path)
+
+
+def _pipeline_run(client, experiment, tmp_path, name, splits):
+    """A pipeline's MLflow run with one evaluate child per split: {split: [solved, ...]}."""
+    parent = client.create_run(experiment, tags={"stage": "pipeline"}).info.run_id
+    for split, right in splits.items():
+        child = client.create_run(
+            experiment, tags={"stage": "evaluate", "mlflow.parentRunId": parent}
+        ).info.run_id
+        client.log_metric(child, f"{split}/pipeline_ex", sum(right) / len(right))
+        client.log_metric(child, f"{split}/usable", len(right))
+        folder = tmp_path / name / split
+        _write_rows(folder, split, right)
+        for file in ("metrics.json", "rows.jsonl"):
+            client.log_artifact(child, str(folder / file))
+    return parent
+
+
+def test_compare_takes_pipeline_run_ids_and_says_when_sides_differ(tmp_path):
+    from click.testing import CliRunner
+    from mlflow import MlflowClient
+
+    from acesql.cli import cli
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("e")
+    a = _pipeline_run(client, experiment, tmp_path, "a", {"test_ood": [False] * 8 + [True] * 2})
+    b = _pipeline_run(
+        client, experiment, tmp_path, "b", {"test_ood": [True] * 6, "dev": [True] * 4}
+    )
+    result = CliRunner().invoke(cli, ["eval", "--compare", a, b, "--tracking-uri", uri])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"pipeline EX\s+20\.0%\s+100\.0%\s+\+80\.0", result.output)
+    assert "note: dev: only B has it" in result.output
+    assert "note: test_ood: A scored 10 questions, B 6" in result.output
+    assert "test_ood: paired, on the 6 questions both scored" in result.output
+
+    skipped = client.create_run(experiment, tags={"stage": "pipeline"}).info.run_id
+    client.log_metric(skipped, "evaluate.test_ood.pipeline_ex", 0.25)  # DVC skipped evaluate
+    assert load_evaluation(skipped, uri) == {"test_ood": {"pipeline_ex": 0.25}}
+    empty = client.create_run(experiment, tags={"stage": "pipeline"}).info.run_id
+    with pytest.raises(DataError, match="evaluated nothing"):
+        load_evaluation(empty, uri)

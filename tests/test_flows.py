@@ -248,6 +248,35 @@ def test_a_killed_pipeline_cancels_its_dispatched_runs_and_ends_its_mlflow_runs_
     assert statuses == {"pipeline": "KILLED", "sft": "KILLED", "sft_data": "FINISHED"}
 
 
+def test_the_pipeline_run_carries_each_stages_headline_numbers(
+    project, prefect_harness, monkeypatch
+):
+    outputs = {
+        "sft": ("models/sft_metrics.json", {"final_loss": 0.02, "steps": 21, "model": "m"}),
+        "evaluate": ("results/test_ood/metrics.json", {"pipeline_ex": 0.18, "n": 200}),
+    }
+
+    def fake_repro(stage, force=False, parent_run_id=None):
+        path, numbers = outputs[stage]
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(numbers))
+        entry = "evaluate@test_ood" if stage == "evaluate" else stage
+        write_lock_entry(entry, "md5", outs=[(path, "out-md5")])
+
+    monkeypatch.setattr(flows.pipeline, "repro", fake_repro)
+    monkeypatch.setattr(flows.pipeline, "register_model", lambda *args: None)  # tested on its own
+    assert flows.pipeline.pipeline(["sft", "evaluate"], return_state=True).is_completed()
+    _, runs = mlflow_runs()
+    metrics = runs["pipeline"].data.metrics
+    assert {k: v for k, v in metrics.items() if not k.startswith("wall_s.")} == {
+        "sft.final_loss": 0.02,
+        "sft.steps": 21.0,
+        "evaluate.test_ood.pipeline_ex": 0.18,
+        "evaluate.test_ood.n": 200.0,
+    }
+    assert {"wall_s.sft", "wall_s.evaluate"} <= set(metrics)
+
+
 def test_a_profile_is_set_in_params_yaml_before_the_stages_run(
     project, prefect_harness, repro_calls
 ):

@@ -1,8 +1,10 @@
 """Two evaluations side by side: `acesql eval --compare A B`.
 
 An evaluation is a result folder (a `metrics.json`, or sub-folders each holding one, as the
-`evaluate` stage writes per split) or an MLflow run id of an `evaluate` stage run (its metrics
-are logged as `split/metric` and `split/level/metric`). Both become
+`evaluate` stage writes per split), an MLflow run id of an `evaluate` stage run (its metrics
+are logged as `split/metric` and `split/level/metric`), or the id of a pipeline's run (its
+evaluate runs, one per split). The table says when the two sides differ in splits or in the
+number of questions scored. Both become
 `{split: {"metric" or "level/metric": value}}`, and the table lines them up.
 
 Where both sides have their per-question rows (`rows.jsonl` beside `metrics.json`, or the
@@ -69,20 +71,63 @@ def _from_folder(path: Path) -> dict[str, dict[str, float]]:
 
 
 def _from_run(run_id: str, tracking_uri: str | None) -> dict[str, dict[str, float]]:
+    client, run = _get_run(run_id, tracking_uri)
+    if run.data.tags.get("stage") == "pipeline":
+        return _from_pipeline(client, run)
+    splits = _split_metrics(run.data.metrics)
+    if not splits:
+        raise DataError(f"MLflow run {run_id} has no evaluation metrics (split/metric keys)")
+    return splits
+
+
+def _get_run(run_id: str, tracking_uri: str | None):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
+    client = MlflowClient(tracking_uri)
     try:
-        metrics = MlflowClient(tracking_uri).get_run(run_id).data.metrics
+        return client, client.get_run(run_id)
     except MlflowException as exc:
         raise DataError(f"no MLflow run {run_id} at {tracking_uri}: {exc.message}") from exc
+
+
+def _split_metrics(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
     splits: dict[str, dict[str, float]] = {}
     for key, value in metrics.items():
         split, _, rest = key.partition("/")
         if rest:
             splits.setdefault(split, {})[rest] = value
+    return splits
+
+
+def _evaluate_children(client, run) -> list:
+    """The evaluate stage runs under pipeline run `run`, oldest first."""
+    return client.search_runs(
+        [run.info.experiment_id],
+        filter_string=f"tags.`mlflow.parentRunId` = '{run.info.run_id}' "
+        "and tags.stage = 'evaluate'",
+        order_by=["attributes.start_time ASC"],
+    )
+
+
+def _from_pipeline(client, run) -> dict[str, dict[str, float]]:
+    """A pipeline run's evaluation: its evaluate stage runs' metrics, per split; a split DVC
+    skipped in that pipeline (its results were cached) from the numbers the pipeline's run
+    carries of it (`evaluate.<split>.<metric>`, the headline ones only)."""
+    splits: dict[str, dict[str, float]] = {}
+    for child in _evaluate_children(client, run):
+        for split, metrics in _split_metrics(child.data.metrics).items():
+            splits[split] = metrics  # a later run of the split (a retry) replaces an earlier
+    for key, value in run.data.metrics.items():
+        stage, _, rest = key.partition(".")
+        split, _, metric = rest.rpartition(".")
+        if stage == "evaluate" and split and split not in splits:
+            splits.setdefault(f"{split}", {})[metric] = value
     if not splits:
-        raise DataError(f"MLflow run {run_id} has no evaluation metrics (split/metric keys)")
+        raise DataError(
+            f"pipeline run {run.info.run_id} evaluated nothing: its pipeline ran no evaluate "
+            "stage (compare the runs of one that did)"
+        )
     return splits
 
 
@@ -103,6 +148,7 @@ def flat_summary(summary: dict) -> dict[str, float]:
 def compare_table(a: dict, b: dict, name_a: str = "A", name_b: str = "B") -> str:
     """A plain-text table of two evaluations, per split: A, B and B - A, then per level."""
     lines = [f"A = {name_a}", f"B = {name_b}"]
+    lines += [f"note: {note}" for note in compare_notes(a, b)]
     for split in sorted(set(a) | set(b)):
         left, right = a.get(split, {}), b.get(split, {})
         lines += ["", f"{split:<28}{'A':>10}{'B':>10}{'B - A':>10}"]
@@ -155,8 +201,36 @@ def load_rows(ref: str, tracking_uri: str | None = None) -> dict[str, list[dict]
                 out[split] = _read_rows(rows_file)
         return out
     if RUN_ID.match(ref):
+        client, run = _get_run(ref, tracking_uri)
+        if run.data.tags.get("stage") == "pipeline":
+            rows = {}
+            for child in _evaluate_children(client, run):
+                rows.update(_rows_from_run(child.info.run_id, tracking_uri))
+            return rows
         return _rows_from_run(ref, tracking_uri)
     raise DataError(f"{ref!r} is neither a result folder nor an MLflow run id")
+
+
+def compare_notes(a: dict, b: dict) -> list[str]:
+    """What makes two evaluations not like for like: a split on one side only, or a split
+    scored on a different number of questions.
+
+    >>> compare_notes({"dev": {"usable": 300}, "test_ood": {"usable": 6}},
+    ...               {"test_ood": {"usable": 200}})
+    ['dev: only A has it', 'test_ood: A scored 6 questions, B 200: the aggregate rows compare \
+different question sets (the paired rows use the questions both scored)']
+    """
+    notes = []
+    for split in sorted(set(a) ^ set(b)):
+        notes.append(f"{split}: only {'A' if split in a else 'B'} has it")
+    for split in sorted(set(a) & set(b)):
+        size_a, size_b = (side[split].get("usable", side[split].get("n")) for side in (a, b))
+        if size_a is not None and size_b is not None and size_a != size_b:
+            notes.append(
+                f"{split}: A scored {size_a:g} questions, B {size_b:g}: the aggregate rows "
+                "compare different question sets (the paired rows use the questions both scored)"
+            )
+    return notes
 
 
 def paired_table(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> str:
