@@ -11,7 +11,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run ui ui-stop test test-slow lint format bench bench-pcgrad bench-grpo clean
+.PHONY: setup run ui ui-stop deploy worker trigger test test-slow lint format bench bench-pcgrad bench-grpo clean
 
 # While `make ui`'s Prefect server runs (its PID lives), `make run` reports to it.
 UI_API := $(shell test -f .ui/prefect.api && ps -p $$(cat .ui/prefect.pid 2>/dev/null) >/dev/null 2>&1 && cat .ui/prefect.api)
@@ -39,6 +39,33 @@ ui: setup
 
 ui-stop:
 	$(PY) -m flows.ui stop
+
+# Deployments need a Prefect server that outlives one command: `make ui`'s, or a team's server
+# named by PREFECT_API_URL. Without one, prefect commands would each start a throwaway server.
+API := $(or $(PREFECT_API_URL),$(UI_API))
+PREFECT := PREFECT_API_URL=$(API) $(VENV)/bin/prefect
+NEED_API = @test -n "$(API)" || { echo "no Prefect server: run \`make ui\` first (or export PREFECT_API_URL)" >&2; exit 2; }
+
+# The cpu and gpu work pools (one training at a time on gpu) and prefect.yaml's deployments.
+deploy: setup
+	$(NEED_API)
+	$(PREFECT) work-pool create cpu --type process --overwrite
+	$(PREFECT) work-pool create gpu --type process --overwrite
+	$(PREFECT) work-pool set-concurrency-limit gpu 1
+	$(PREFECT) --no-prompt deploy --all
+
+# A worker in the foreground; its runs work in this folder. POOL=gpu on the machine with a GPU.
+POOL ?= cpu
+worker: setup
+	$(NEED_API)
+	ACESQL_PROJECT_DIR=$(CURDIR) $(PREFECT) worker start --pool $(POOL)
+
+# A run of a deployment, as the UI's Run button makes one; PARAMS is JSON of flow parameters.
+DEPLOYMENT ?= acesql-pipeline/cpu
+PARAMS ?= {}
+trigger: setup
+	$(NEED_API)
+	$(PREFECT) deployment run $(DEPLOYMENT) --params '$(PARAMS)'
 
 # The fast suite; with CI=true (as CI runs it) the slow tests too, but not the external ones.
 TEST_MARKS := $(if $(filter true,$(CI)),not gpu and not external,not slow and not gpu)
