@@ -489,6 +489,41 @@ def evaluate_model(
     _print(summary)
 
 
+@cli.command("metrics")
+@click.option("--all", "every", is_flag=True, help="Every number, not just the headline ones.")
+@click.option("--json", "as_json", is_flag=True, help="JSON {stage: {number: value}} instead.")
+@click.option(
+    "--lock",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("dvc.lock"),
+    show_default=True,
+    help="The dvc.lock whose outputs to read (paths relative to its folder).",
+)
+def metrics(every, as_json, lock):
+    """How each stage of the last `dvc repro` went, one number per line.
+
+    The headline numbers of `acesql.stages.headlines` (the ones the pipeline's MLflow run
+    carries), read from the JSON outputs dvc.lock records for each stage: the narrow view of
+    what `dvc metrics show` prints as one very wide row per file.
+    """
+    from acesql.stages.headlines import pipeline_numbers
+
+    if not lock.is_file():
+        raise click.UsageError(f"{lock} not found: run the pipeline first (make run, dvc repro)")
+    numbers = pipeline_numbers(lock, lock.parent, every)
+    if as_json:
+        _print(numbers)
+        return
+    if not numbers:
+        click.echo(f"no stage of {lock} has written its outputs here yet")
+        return
+    width = max(len(key) for stage in numbers.values() for key in stage)
+    for stage, values in numbers.items():
+        for key, value in values.items():
+            shown = int(value) if value.is_integer() else f"{value:.4g}"
+            click.echo(f"{stage:<12}{key:<{width + 2}}{shown}")
+
+
 @cli.command("run")
 @click.option(
     "--spider",

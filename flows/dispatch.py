@@ -36,7 +36,7 @@ GPU_STAGES = ("sft", "grpo")
 START_TIMEOUT_S = 900.0  # how long a dispatched run may wait for a worker to pick it up
 REPORT_EVERY_S = 60.0
 POLL_S = 5.0
-WORKER_COMMAND = f"ACESQL_PROJECT_DIR=$PWD prefect worker start --pool {GPU_POOL}"
+WORKER_COMMAND = f"make worker POOL={GPU_POOL}"
 
 
 def gpu_deployment(stage: str) -> str:
@@ -61,7 +61,7 @@ def pool_workers(pool: str) -> tuple[int, str]:
         workers = client.read_workers_for_work_pool(pool)
     online = sum(1 for worker in workers if worker.status == WorkerStatus.ONLINE)
     if not online:
-        return 0, f"no worker polls work pool {pool!r} ({WORKER_COMMAND} on the GPU machine)"
+        return 0, f"no worker polls work pool {pool!r} (on the GPU machine: {WORKER_COMMAND})"
     return online, f"{online} worker(s) online on work pool {pool!r}"
 
 

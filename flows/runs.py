@@ -14,8 +14,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-import yaml
-
+from acesql.stages.headlines import lock_stages
 from acesql.tracking import (
     GIT_COMMIT_TAG,
     MAX_PARAMS_PER_BATCH,
@@ -157,7 +156,7 @@ def dvc_stage_tags(lock: str | Path, stage: str) -> dict[str, str]:
     """
     named = {
         name: entry
-        for name, entry in _lock_stages(lock).items()
+        for name, entry in lock_stages(lock).items()
         if name == stage or name.startswith(f"{stage}@")
     }
     if not named:
@@ -173,67 +172,6 @@ def dvc_stage_tags(lock: str | Path, stage: str) -> dict[str, str]:
     return tags
 
 
-# The numbers of each stage a pipeline's run carries (`<stage>.<key>`, `evaluate.<split>.<key>`),
-# read from the .json outputs of the stage's dvc.lock entries: the MLflow compare view of two
-# pipeline runs lines these up. A stage DVC skipped still has them (its cached outputs).
-HEADLINES = {
-    "base_model": ("parameters",),
-    "data": ("splits.train.n", "splits.dev.n", "splits.test_ood.n"),
-    "sft_data": ("n_retriever", "n_generator"),
-    "sft": ("steps", "first_loss", "final_loss", "train_seconds"),
-    "rl_data": ("considered", "kept", "kept_rate"),
-    "grpo": (
-        "steps",
-        "questions",
-        "retriever_reward_mean_first5",
-        "retriever_reward_mean_last5",
-        "generator_reward_mean_first5",
-        "generator_reward_mean_last5",
-        "best_val_pipeline_ex",
-        "train_seconds",
-    ),
-    "evaluate": (
-        "n",
-        "pipeline_ex",
-        "maj_ex",
-        "generator_ex",
-        "retriever_recall",
-        "covers_gold",
-        "retriever_fallback_rate",
-    ),
-}
-
-
-def stage_headlines(lock: str | Path, stage: str, root: Path = Path()) -> dict[str, float]:
-    """The `HEADLINES` numbers of `stage`, from the JSON files its dvc.lock entries output.
-
-    >>> import tempfile; root = Path(tempfile.mkdtemp())
-    >>> _ = (root / "m.json").write_text('{"final_loss": 0.5, "steps": 3, "note": "x"}')
-    >>> _ = (root / "dvc.lock").write_text("stages: {sft: {outs: [{path: m.json, md5: a}]}}")
-    >>> stage_headlines(root / "dvc.lock", "sft", root)
-    {'sft.steps': 3.0, 'sft.final_loss': 0.5}
-    """
-    numbers = {}
-    for name, entry in _lock_stages(lock).items():
-        base, _, item = name.partition("@")
-        if base != stage:
-            continue
-        prefix = f"{stage}.{item}." if item else f"{stage}."
-        for out in entry.get("outs", []):
-            path = root / out["path"]
-            if path.suffix != ".json" or not path.is_file():
-                continue
-            try:
-                flat = flatten(json.loads(path.read_text()))
-            except json.JSONDecodeError:
-                continue
-            for key in HEADLINES.get(stage, ()):
-                value = flat.get(key)
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    numbers[prefix + key] = float(value)
-    return numbers
-
-
 def dvc_out_md5(lock: str | Path, path: str | Path) -> tuple[str, str] | None:
     """(output path, md5) of the stage output in `lock` that holds `path`, or None.
 
@@ -243,18 +181,11 @@ def dvc_out_md5(lock: str | Path, path: str | Path) -> tuple[str, str] | None:
     ('models/grpo', 'ab.dir')
     """
     wanted = Path(path)
-    for entry in _lock_stages(lock).values():
+    for entry in lock_stages(lock).values():
         for out in entry.get("outs", []):
             if Path(out["path"]) in (wanted, *wanted.parents):
                 return out["path"], out["md5"]
     return None
-
-
-def _lock_stages(lock: str | Path) -> dict[str, dict]:
-    try:
-        return (yaml.safe_load(Path(lock).read_text()) or {}).get("stages", {})
-    except FileNotFoundError:
-        return {}
 
 
 def _md5_of(value) -> str:

@@ -38,8 +38,9 @@ from requests.exceptions import Timeout
 
 from acesql.config import load_section
 from acesql.errors import DataError
+from acesql.stages.headlines import stage_headlines
 from acesql.tracking import FLOW_RUN_TAG, PARENT_RUN_TAG
-from flows.runs import NullRuns, dvc_out_md5, dvc_stage_tags, pipeline_runs, stage_headlines
+from flows.runs import NullRuns, dvc_out_md5, dvc_stage_tags, pipeline_runs
 
 PARAMS = Path("params.yaml")
 LOCK = Path("dvc.lock")

@@ -367,3 +367,37 @@ def test_data_synth_replaces_an_existing_folder_whole(tmp_path):
     tables = json.loads((out / "tables.json").read_text())
     assert len(list((out / "databases").iterdir())) == len(tables) == 4
     assert [p.name for p in tmp_path.iterdir()] == ["synth"]
+
+
+def test_metrics_prints_each_stages_headline_numbers_one_per_line(tmp_path):
+    import yaml
+    from click.testing import CliRunner
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "results" / "dev").mkdir(parents=True)
+    (tmp_path / "models" / "sft_metrics.json").write_text('{"final_loss": 0.25, "steps": 21}')
+    (tmp_path / "results" / "dev" / "metrics.json").write_text(
+        '{"pipeline_ex": 0.5, "n": 4, "by_complexity": {"simple": {"pipeline_ex": 1.0}}}'
+    )
+    lock = {
+        "stages": {
+            "evaluate@dev": {"outs": [{"path": "results/dev/metrics.json", "md5": "a"}]},
+            "sft": {"outs": [{"path": "models/sft_metrics.json", "md5": "b"}]},
+            "data": {"outs": [{"path": "data/metrics.json", "md5": "c"}]},  # not written here
+        }
+    }
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock))
+    args = ["metrics", "--lock", str(tmp_path / "dvc.lock")]
+    shown = CliRunner().invoke(cli, args)
+    assert shown.exit_code == 0, shown.output
+    lines = [line.split() for line in shown.output.splitlines()]
+    assert lines == [  # pipeline order, whatever dvc.lock's
+        ["sft", "steps", "21"],
+        ["sft", "final_loss", "0.25"],
+        ["evaluate", "dev.n", "4"],
+        ["evaluate", "dev.pipeline_ex", "0.5"],
+    ]
+    every = json.loads(CliRunner().invoke(cli, [*args, "--all", "--json"]).output)
+    assert every["evaluate"]["dev.by_complexity.simple.pipeline_ex"] == 1.0
+    missing = CliRunner().invoke(cli, ["metrics", "--lock", str(tmp_path / "nope.lock")])
+    assert missing.exit_code == 2 and "run the pipeline first" in missing.output

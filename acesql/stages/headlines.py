@@ -1,0 +1,103 @@
+"""The numbers that say how each stage went, read from the outputs DVC recorded for it.
+
+`HEADLINES` names them per stage; `stage_headlines(dvc.lock, stage)` reads them from the JSON
+files among the stage's dvc.lock outputs (a stage DVC skipped has them too: its outputs are
+the cached ones). The pipeline's MLflow run carries them (`<stage>.<key>`,
+`evaluate.<split>.<key>`), so the MLflow compare view lines two pipelines up; `acesql
+metrics` prints them, one per line, where `dvc metrics show` prints one row of a few hundred
+columns.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from acesql.tracking import flatten
+
+# stage -> the flattened keys of its JSON outputs that say how it went
+HEADLINES = {
+    "base_model": ("parameters",),
+    "data": ("splits.train.n", "splits.dev.n", "splits.test_ood.n"),
+    "sft_data": ("n_retriever", "n_generator"),
+    "sft": ("steps", "first_loss", "final_loss", "train_seconds"),
+    "rl_data": ("considered", "kept", "kept_rate"),
+    "grpo": (
+        "steps",
+        "questions",
+        "retriever_reward_mean_first5",
+        "retriever_reward_mean_last5",
+        "generator_reward_mean_first5",
+        "generator_reward_mean_last5",
+        "best_val_pipeline_ex",
+        "train_seconds",
+    ),
+    "evaluate": (
+        "n",
+        "pipeline_ex",
+        "maj_ex",
+        "generator_ex",
+        "retriever_recall",
+        "covers_gold",
+        "retriever_fallback_rate",
+    ),
+}
+
+
+def stage_headlines(
+    lock: str | Path, stage: str, root: Path = Path(), every: bool = False
+) -> dict[str, float]:
+    """The `HEADLINES` numbers of `stage` (all its numbers with `every`), from the JSON files
+    its dvc.lock entries output, as `<stage>.<key>` (`<stage>.<item>.<key>` for a foreach
+    stage's entries).
+
+    >>> import tempfile; root = Path(tempfile.mkdtemp())
+    >>> _ = (root / "m.json").write_text('{"final_loss": 0.5, "steps": 3, "note": "x"}')
+    >>> _ = (root / "dvc.lock").write_text("stages: {sft: {outs: [{path: m.json, md5: a}]}}")
+    >>> stage_headlines(root / "dvc.lock", "sft", root)
+    {'sft.steps': 3.0, 'sft.final_loss': 0.5}
+    """
+    numbers = {}
+    for name, entry in lock_stages(lock).items():
+        base, _, item = name.partition("@")
+        if base != stage:
+            continue
+        prefix = f"{stage}.{item}." if item else f"{stage}."
+        for out in entry.get("outs", []):
+            path = root / out["path"]
+            if path.suffix != ".json" or not path.is_file():
+                continue
+            try:
+                flat = flatten(json.loads(path.read_text()))
+            except json.JSONDecodeError:
+                continue
+            for key in flat if every else HEADLINES.get(stage, ()):
+                value = flat.get(key)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    numbers[prefix + key] = float(value)
+    return numbers
+
+
+def lock_stages(lock: str | Path) -> dict[str, dict]:
+    """The `stages` of a dvc.lock ({} when there is none)."""
+    try:
+        return (yaml.safe_load(Path(lock).read_text()) or {}).get("stages", {})
+    except FileNotFoundError:
+        return {}
+
+
+def pipeline_numbers(lock: str | Path, root: Path = Path(), every: bool = False) -> dict:
+    """`{stage: {key: value}}` of every stage dvc.lock records, in pipeline order."""
+    order = list(HEADLINES)  # pipeline order; stages it does not name come last
+    stages = sorted(
+        dict.fromkeys(name.partition("@")[0] for name in lock_stages(lock)),
+        key=lambda stage: order.index(stage) if stage in order else len(order),
+    )
+    numbers = {}
+    for stage in stages:
+        found = stage_headlines(lock, stage, root, every)
+        if found:
+            numbers[stage] = {key.removeprefix(f"{stage}."): v for key, v in found.items()}
+    return numbers
