@@ -192,7 +192,7 @@ def test_always_without_a_gpu_worker_stops_at_once_naming_the_fix(
     assert state.is_failed()
     message = str(state.result(raise_on_failure=False))
     assert "no worker polls work pool 'gpu'" in message
-    assert "prefect worker start --pool gpu" in message and "'auto'" in message
+    assert "make worker POOL=gpu" in message and "'auto'" in message
     assert repro_calls == []
 
 
