@@ -96,8 +96,11 @@ def repro(stage: str, force: bool = False, parent_run_id: str | None = None) -> 
     logger = get_run_logger()
     options = ["--force", "--single-item"] if force else []
     command = [sys.executable, "-m", "dvc", "repro", *options, stage]
-    # the stages run with this interpreter (scripts/stage), whichever environment is active
+    # the stages run with this interpreter (scripts/stage reads ACESQL_PYTHON; a bare `python`
+    # in a stage command finds it first on PATH), whichever environment is active
+    bin_dir = Path(sys.executable).parent
     env = {**os.environ, "ACESQL_PYTHON": sys.executable}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
     env[FLOW_RUN_ENV] = str(flow_run.id)
     env.pop(PARENT_RUN_ENV, None)
     if parent_run_id:
