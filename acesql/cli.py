@@ -435,6 +435,8 @@ def evaluate_model(
     (acesql.eval.session), so a folder this command leaves unfinished resumes by either.
     """
     if compare:
+        # a bar per downloaded rows file would bury the table
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         from acesql.eval.compare import (
             compare_table,
             load_evaluation,
