@@ -103,3 +103,41 @@ def test_prefect_deploy_creates_them(prefect_harness, tmp_path):
     # resolved on the worker when a run starts, not here
     assert sft.pull_steps == CONFIG["pull"]
     assert deployed["acesql-pipeline/cpu"].parameters == {"gpu_deployments": "auto"}
+
+
+def _make(*args, env):
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.parametrize("target", ["deploy", "worker", "trigger"])
+def test_the_deploy_targets_refuse_to_run_without_a_server(target):
+    """Without `make ui`'s server or PREFECT_API_URL, each prefect command would start a
+    throwaway server of its own: the targets stop at once instead, naming the fix."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    done = _make(target, "UI_API=", env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no Prefect server: run `make ui` first" in done.stderr
+
+
+@pytest.mark.slow
+def test_make_deploy_creates_the_pools_and_deployments(prefect_harness):
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    done = _make("deploy", env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with get_client(sync_client=True) as client:
+        pools = {pool.name: pool for pool in client.read_work_pools()}
+        deployed = {
+            f"{client.read_flow(d.flow_id).name}/{d.name}" for d in client.read_deployments()
+        }
+    assert pools["gpu"].concurrency_limit == 1 and pools["cpu"].type == "process"
+    assert deployed == set(_deployments())
