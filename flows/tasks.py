@@ -8,10 +8,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from prefect.tasks import exponential_backoff
 from acesql.tracking import FLOW_RUN_ENV, PARENT_RUN_ENV
 
 STDERR_TAIL = 20  # lines of stderr a failed stage reports
+PROGRESS_EVERY_S = 30.0  # a progress bar's redraws reach the task log at most this often
 STOP_GRACE_S = 10.0  # a stopped stage's time to end its MLflow run before SIGKILL
 DVC_LOCK_BUSY = "Unable to acquire lock"  # dvc/lock.py: another DVC process holds the repo
 
@@ -64,6 +67,33 @@ def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+class ProgressLines:
+    """Which lines of a stage's stderr to log: all but progress-bar redraws (tqdm's `\r`
+    updates arrive as lines), of which one per `every_s` and each bar's last are kept.
+
+    >>> bars = ProgressLines(every_s=60.0)
+    >>> [bars.keep(f"sft: {p}%|#| {p // 10}/10") for p in (10, 20, 100)]
+    [True, False, True]
+    >>> bars.keep("Updating lock file 'dvc.lock'")
+    True
+    """
+
+    BAR = re.compile(r"\d+%\|")
+
+    def __init__(self, every_s: float = PROGRESS_EVERY_S):
+        self.every_s = every_s
+        self.last = -float("inf")
+
+    def keep(self, line: str) -> bool:
+        if not self.BAR.search(line) or "100%|" in line:
+            return True
+        now = time.monotonic()
+        if now - self.last < self.every_s:
+            return False
+        self.last = now
+        return True
 
 
 class StageFailed(RuntimeError):
@@ -117,10 +147,14 @@ def repro(stage: str, force: bool = False, parent_run_id: str | None = None) -> 
     )
     tail: deque[str] = deque(maxlen=STDERR_TAIL)
 
+    progress = ProgressLines()
+
     def pump_stderr():
         for line in proc.stderr:
-            tail.append(line.rstrip())
-            logger.info(line.rstrip())
+            line = line.rstrip()
+            if progress.keep(line):
+                tail.append(line)
+                logger.info(line)
 
     reader = threading.Thread(target=pump_stderr, daemon=True)
     reader.start()
