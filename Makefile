@@ -11,7 +11,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run ui ui-stop deploy worker trigger test test-slow lint format bench bench-pcgrad bench-grpo clean
+.PHONY: setup run ui ui-stop deploy worker trigger test test-slow lint format bench bench-pcgrad bench-grpo bench-replicas clean
 
 # While `make ui`'s Prefect server runs (its PID lives), `make run` reports to it.
 UI_API := $(shell test -f .ui/prefect.api && ps -p $$(cat .ui/prefect.pid 2>/dev/null) >/dev/null 2>&1 && cat .ui/prefect.api)
@@ -94,6 +94,9 @@ bench-pcgrad: setup
 bench-grpo: setup
 	$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[bench]' -c constraints.txt
 	GLIBC_TUNABLES=$(MALLOC_KEEP) $(PY) bench/grpo_step_bench.py
+
+bench-replicas: setup
+	$(PY) bench/replica_bench.py
 
 clean:
 	rm -rf $(VENV) .prefect results

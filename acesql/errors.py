@@ -24,3 +24,7 @@ class SqlParseError(AcesqlError):
 
 class StorageError(AcesqlError):
     """An artifact store or DVC remote is unreachable, misconfigured, or holds a bad object."""
+
+
+class ReplicaError(AcesqlError):
+    """A database replica could not be handed out, used or restored."""

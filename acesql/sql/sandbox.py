@@ -124,6 +124,7 @@ class ExecResult:
     timed_out: bool = False
     elapsed_s: float = 0.0
     truncated: bool = False
+    rows_affected: int = -1  # rows an INSERT/UPDATE/DELETE changed; -1 for a query
 
     def to_dict(self) -> dict:
         """A JSON-ready dict whose values cannot be mistaken for one another.
@@ -140,7 +141,7 @@ class ExecResult:
             "timed_out": self.timed_out,
             "elapsed_s": round(self.elapsed_s, 6),
             "truncated": self.truncated,
-        }
+        } | ({"rows_affected": self.rows_affected} if self.rows_affected >= 0 else {})
 
 
 def open_readonly(path: str | Path) -> sqlite3.Connection:
@@ -287,10 +288,16 @@ def _fetch(conn, sql, start, max_rows, max_bytes) -> ExecResult:
                         truncated = True
                         break
                 rows.append(row)
+        rows_affected = cursor.rowcount
     finally:
         cursor.close()
     return ExecResult(
-        ok=True, columns=columns, rows=rows, truncated=truncated, elapsed_s=time.monotonic() - start
+        ok=True,
+        columns=columns,
+        rows=rows,
+        truncated=truncated,
+        elapsed_s=time.monotonic() - start,
+        rows_affected=rows_affected,
     )
 
 
