@@ -66,8 +66,9 @@ def test_prefect_deploy_creates_them(prefect_harness, tmp_path):
 
     async def create_pools():
         async with get_client() as client:
-            for pool in ("cpu", "gpu"):
-                await client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+            for name in ("cpu", "gpu"):  # other tests of the session may have made them
+                pool = WorkPoolCreate(name=name, type="process")
+                await client.create_work_pool(pool, overwrite=True)
 
     async def read_deployments():
         async with get_client() as client:

@@ -1,0 +1,185 @@
+"""Debugging tasks: injected bugs, the judge, intents, generation from synthetic data."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from acesql.debug.bugs import QUERY_BUGS, inject
+from acesql.debug.build import BuildConfig, build_split, summarize
+from acesql.debug.intents import MANAGEMENT, PERSONALIZATION
+from acesql.debug.judge import judge
+from acesql.debug.task import DebugTask, read_tasks, write_tasks
+from acesql.errors import ConfigError, DataError
+from acesql.sql.replicas import ReplicaPool
+from acesql.sql.sandbox import open_sandboxed
+from acesql.sql.schema import Schema
+
+BUG_CASES = json.loads((Path(__file__).parent / "fixtures" / "debug_bugs.json").read_text())
+
+
+@pytest.fixture()
+def pool(tmp_path):
+    with ReplicaPool(tmp_path / "replicas", timeout_s=10) as pool:
+        yield pool
+
+
+def task(db, category="query", **fields) -> DebugTask:
+    base = {
+        "task_id": "t1",
+        "db_id": "school",
+        "db_path": str(db),
+        "category": category,
+        "issue": "",
+        "issue_sql": ["SELECT 1"],
+        "solution_sql": ["SELECT name FROM student WHERE age > 20"],
+    }
+    return DebugTask(**(base | fields))
+
+
+@pytest.mark.parametrize("case", BUG_CASES, ids=lambda c: f"{c['bug']}:{c['sql'][:40]}")
+def test_injected_bugs(case, schemas):
+    assert inject(case["sql"], case["bug"], schemas["school"], random.Random(0)) == case["expected"]
+
+
+def test_every_bug_has_a_case_that_applies_and_one_that_does_not():
+    applies = {c["bug"] for c in BUG_CASES if c["expected"]}
+    skips = {c["bug"] for c in BUG_CASES if c["expected"] is None}
+    assert applies == skips == set(QUERY_BUGS)
+
+
+def test_an_unknown_bug_names_the_known_ones(schemas):
+    with pytest.raises(ConfigError, match="wrong_join_key"):
+        inject("SELECT 1", "typo", schemas["school"], random.Random(0))
+
+
+def test_a_query_fix_passes_on_the_same_rows_in_any_column_order(pool, school_db):
+    t = task(school_db, solution_sql=["SELECT name, age FROM student WHERE age > 20"])
+    assert judge(t, "SELECT age, name FROM student WHERE NOT age <= 20", pool).passed
+    wrong = judge(t, "SELECT name, age FROM student WHERE age >= 20", pool)
+    assert not wrong.passed and wrong.usable and wrong.reason != "pass"
+    broken = judge(t, "SELECT nam FROM student", pool)
+    assert not broken.passed and broken.reason.startswith("fix_error (statement 1 of 1)")
+    assert not judge(t, "  ", pool).passed
+
+
+def test_a_management_fix_is_judged_on_the_state_it_leaves(pool, school_db):
+    t = task(
+        school_db,
+        "management",
+        solution_sql=["UPDATE student SET gpa = 0 WHERE age IS NOT NULL", "DELETE FROM course"],
+    )
+    same = "DELETE FROM course WHERE 1; UPDATE student SET gpa = 0.0 WHERE NOT age IS NULL"
+    assert judge(t, same, pool).passed
+    judgment = judge(
+        t, ["UPDATE student SET gpa = 0 WHERE age <> NULL", "DELETE FROM course"], pool
+    )
+    assert not judgment.passed and judgment.reason == "state: table student differs"
+    extra = judge(t, [*t.solution_sql, "CREATE TABLE note (x)"], pool)
+    assert not extra.passed and "extra" in extra.reason
+
+
+def test_checks_run_on_both_sides_after_the_fix(pool, school_db):
+    t = task(
+        school_db,
+        "personalization",
+        preprocess_sql=["CREATE TABLE gone (id)"],
+        solution_sql=[
+            "CREATE TRIGGER log_gone AFTER DELETE ON course BEGIN "
+            "INSERT INTO gone VALUES (OLD.course_id); END"
+        ],
+        checks=[
+            "DELETE FROM course WHERE course_id IN (SELECT MIN(course_id) FROM course)",
+            "SELECT id FROM gone",
+        ],
+    )
+    assert judge(t, t.solution_sql, pool).passed
+    wrong = judge(t, [t.solution_sql[0].replace("AFTER DELETE", "AFTER UPDATE")], pool)
+    assert not wrong.passed and wrong.reason == "state: check 2 differs"
+    assert wrong.checks[1][0].rows == [] and len(wrong.checks[1][1].rows) == 1
+
+
+def test_a_task_whose_solution_fails_is_unusable(pool, school_db):
+    t = task(school_db, solution_sql=["SELECT nope FROM student"])
+    judgment = judge(t, "SELECT 1", pool)
+    assert not judgment.passed and not judgment.usable
+
+
+def test_judging_never_touches_the_database(pool, school_db):
+    before = school_db.read_bytes()
+    t = task(school_db, "management", solution_sql=["DELETE FROM student"])
+    judge(t, "DROP TABLE student", pool)
+    assert school_db.read_bytes() == before
+
+
+@pytest.mark.parametrize("name", sorted(MANAGEMENT) + sorted(PERSONALIZATION))
+def test_intent_rules_give_working_solutions_and_broken_issues(name, pool, school_db, synth_dir):
+    rule = {**MANAGEMENT, **PERSONALIZATION}[name]
+    databases = [school_db, *sorted(synth_dir.glob("databases/*/*.sqlite"))]
+    drafts = []
+    for db in databases:
+        conn = open_sandboxed(db)
+        schema = Schema.from_sqlite(db, n_samples=0)
+        drafts += [(db, rule(schema, conn, random.Random(seed))) for seed in range(3)]
+        conn.close()
+    drafts = [(db, d) for db, d in drafts if d is not None]
+    assert drafts, f"{name} found nothing to do in {len(databases)} databases"
+    broken_ones = 0
+    for db, draft in drafts:
+        t = task(
+            db,
+            draft.category,
+            issue_sql=draft.issue_sql,
+            solution_sql=draft.solution_sql,
+            preprocess_sql=draft.preprocess_sql,
+            checks=draft.checks,
+        )
+        assert judge(t, t.solution_sql, pool).passed, draft
+        broken = judge(t, t.issue_sql, pool)
+        assert broken.usable, draft
+        broken_ones += not broken.passed
+    assert broken_ones  # drafts whose issue changes nothing are dropped by the builder
+
+
+def test_tasks_from_synthetic_data_are_verified_and_keep_their_split(pool, synth_dir):
+    config = BuildConfig(tasks_per_db=6, seed=0)
+    tasks, rejected = build_split(synth_dir, "test_ood", pool, config)
+    assert tasks and {t.split for t in tasks} == {"test_ood"}
+    assert {t.category for t in tasks} <= {"query", "management", "personalization"}
+    for t in tasks:
+        assert judge(t, t.solution_sql, pool).passed
+        assert not judge(t, t.issue_sql, pool).passed
+        assert t.issue_sql[0].rstrip(";") in t.issue
+        assert t.solution_sql[0] not in t.issue
+    again, _ = build_split(synth_dir, "test_ood", pool, config)
+    assert [t.to_dict() for t in again] == [t.to_dict() for t in tasks]
+    summary = summarize(tasks, rejected)
+    assert summary["tasks"] == len(tasks) == sum(summary["by_category"].values())
+
+
+def test_category_counts_follow_the_shares():
+    assert BuildConfig(tasks_per_db=12).counts() == {
+        "query": 6,
+        "management": 4,
+        "personalization": 2,
+    }
+    assert sum(BuildConfig(tasks_per_db=7, shares=(1, 1, 1)).counts().values()) == 7
+    with pytest.raises(ConfigError):
+        BuildConfig(tasks_per_db=0)
+
+
+def test_tasks_round_trip_and_bad_lines_are_named(tmp_path, school_db):
+    path = tmp_path / "tasks.jsonl"
+    tasks = [task(school_db, task_id=f"t{i}") for i in range(3)]
+    write_tasks(path, tasks)
+    assert [t.to_dict() for t in read_tasks(path)] == [t.to_dict() for t in tasks]
+    path.write_text(path.read_text() + '{"task_id": "x", "category": "query"}\n')
+    with pytest.raises(DataError, match=r"tasks.jsonl:4"):
+        read_tasks(path)
+    with pytest.raises(DataError, match="category"):
+        task(school_db, category="select")
+    with pytest.raises(DataError, match="run the debug_data stage"):
+        read_tasks(tmp_path / "missing.jsonl")
