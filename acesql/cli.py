@@ -7,6 +7,7 @@ acesql pool replay --gamma 0.5 --events FILE
 acesql evaluate-sql --dataset DIR --format spider --predictions FILE --mode spider
 acesql eval --model DIR --dataset DIR --format spider --limit 100 --out results/spider-dev
 acesql eval --compare results/dev-sft results/dev-grpo
+acesql debug judge --tasks data/debug/dev.jsonl --id shop_0001/3 --fix "UPDATE ..."
 acesql run                       # the main job (see `acesql run --help`)
 """
 
@@ -717,6 +718,86 @@ def remote_setup(url, endpoint_url, name, repo, params_path):
         base = load_section(params_path, "base")
         url, endpoint_url = base.dvc_remote, endpoint_url or base.s3_endpoint_url
     _print(setup_remote(repo, remote_url(url), resolve_endpoint(endpoint_url), name))
+
+
+# ---------------------------------------------------------------------- debug
+@cli.group()
+def debug():
+    """SQL debugging tasks: judge a fix, read BIRD-CRITIC's format, look at tasks."""
+
+
+def _find_task(tasks_file, task_id):
+    from acesql.debug.task import read_tasks
+
+    tasks = read_tasks(tasks_file)
+    found = next((t for t in tasks if t.task_id == task_id), None)
+    if found is None:
+        raise click.BadParameter(
+            f"no task {task_id!r} in {tasks_file} ({len(tasks)} tasks)", param_hint="--id"
+        )
+    return found
+
+
+@debug.command("judge")
+@click.option("--tasks", "tasks_file", required=True, type=click.Path(), help="Tasks JSONL.")
+@click.option("--id", "task_id", required=True, help="The task's task_id.")
+@click.option("--fix", help="The fix: one or more SQL statements.")
+@click.option("--fix-file", type=click.Path(), callback=_regular_file, help="The fix, from a file.")
+@click.option("--timeout", "timeout_s", default=10.0, show_default=True, help="Per statement (s).")
+def debug_judge(tasks_file, task_id, fix, fix_file, timeout_s):
+    """Run a fix beside the task's solution (never on the database itself); print the verdict."""
+    import tempfile
+
+    from acesql.debug.judge import judge
+    from acesql.sql.replicas import ReplicaPool
+
+    if (fix is None) == (fix_file is None):
+        raise click.UsageError("give exactly one of --fix and --fix-file")
+    task = _find_task(tasks_file, task_id)
+    text = fix if fix is not None else Path(fix_file).read_text(encoding="utf-8")
+    with (
+        tempfile.TemporaryDirectory(prefix="acesql-replicas-") as scratch,
+        ReplicaPool(scratch, timeout_s=check_timeout(timeout_s)) as pool,
+    ):
+        _print({"task_id": task.task_id, **judge(task, text, pool).to_dict()})
+
+
+@debug.command("show")
+@click.option("--tasks", "tasks_file", required=True, type=click.Path(), help="Tasks JSONL.")
+@click.option("--id", "task_id", help="One task (else a count by category and bug).")
+def debug_show(tasks_file, task_id):
+    """Print one task whole, or what a tasks file holds."""
+    from collections import Counter
+
+    from acesql.debug.task import read_tasks
+
+    if task_id is not None:
+        _print(_find_task(tasks_file, task_id).to_dict())
+        return
+    tasks = read_tasks(tasks_file)
+    _print(
+        {
+            "tasks": len(tasks),
+            "by_category": dict(Counter(t.category for t in tasks)),
+            "by_bug": dict(sorted(Counter(t.bug for t in tasks).items())),
+        }
+    )
+
+
+@debug.command("import-bird-critic")
+@click.option("--jsonl", required=True, type=click.Path(), help="A BIRD-CRITIC JSONL file.")
+@click.option("--db-root", required=True, type=click.Path(file_okay=False), help="Databases.")
+@click.option("--dialect", default="sqlite", show_default=True, help="When a record has none.")
+@click.option("--split", default="test", show_default=True, help="Split name the tasks get.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Tasks JSONL.")
+def debug_import_bird_critic(jsonl, db_root, dialect, split, out):
+    """Read BIRD-CRITIC tasks into this project's format; print what was kept and skipped."""
+    from acesql.debug.bird_critic import load_bird_critic
+    from acesql.debug.task import write_tasks
+
+    tasks, skipped = load_bird_critic(jsonl, db_root, dialect, split)
+    write_tasks(out, tasks)
+    _print({"out": out, "tasks": len(tasks), "skipped": dict(skipped)})
 
 
 def _write_jsonl(path, rows) -> None:

@@ -439,6 +439,31 @@ class GrpoSection(Section):
     )
 
 
+class DebugDataSection(Section):
+    """The `debug_data` stage: SQL debugging tasks drawn from the prepared splits."""
+
+    tasks_per_db: int = Field(12, ge=1, description="Tasks per database of each split.")
+    query_share: float = Field(
+        0.5, ge=0, description="Share of query tasks (a SELECT that errs or returns wrong rows)."
+    )
+    management_share: float = Field(
+        0.3, ge=0, description="Share of data-management tasks (UPDATE / DELETE / INSERT)."
+    )
+    personalization_share: float = Field(
+        0.2, ge=0, description="Share of personalization tasks (the user's views and triggers)."
+    )
+    timeout_s: float = Field(10.0, gt=0, description="SQL execution timeout per statement.")
+
+    @model_validator(mode="after")
+    def _some_share(self) -> DebugDataSection:
+        if self.query_share + self.management_share + self.personalization_share <= 0:
+            raise ValueError(
+                "query_share, management_share and personalization_share are all 0: "
+                "give at least one a positive share"
+            )
+        return self
+
+
 class EvaluateSection(Section):
     """The `evaluate` stage: greedy pipeline EX and generator ability."""
 
@@ -486,6 +511,9 @@ class Params(Section):
     prompt: PromptSection = Field(default_factory=PromptSection, description="Role prompts.")
     sft_data: SftDataSection = Field(default_factory=SftDataSection, description="sft_data.")
     sft: SftSection = Field(default_factory=SftSection, description="The sft stage.")
+    debug_data: DebugDataSection = Field(
+        default_factory=DebugDataSection, description="The debug_data stage."
+    )
     rl_data: RlDataSection = Field(default_factory=RlDataSection, description="rl_data.")
     grpo: GrpoSection = Field(default_factory=GrpoSection, description="The grpo stage.")
     evaluate: EvaluateSection = Field(

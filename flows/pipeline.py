@@ -67,7 +67,7 @@ from flows.tracking import (  # noqa: E402
 )
 
 # the stages of dvc.yaml, in pipeline order
-STAGES = ("base_model", "data", "sft_data", "sft", "rl_data", "grpo", "evaluate")
+STAGES = ("base_model", "data", "debug_data", "sft_data", "sft", "rl_data", "grpo", "evaluate")
 
 
 @flow(name="acesql-pipeline")

@@ -23,6 +23,7 @@ from prefect import flow, get_run_logger, task
 from acesql.config import (
     BaseModelSection,
     DataSection,
+    DebugDataSection,
     EvaluateSection,
     GrpoSection,
     RlDataSection,
@@ -73,6 +74,16 @@ def data_flow(
     reproduce("data", data, force, parent_run_id)
 
 
+@flow(name="acesql-debug_data")
+def debug_data_flow(
+    debug_data: DebugDataSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+) -> None:
+    """The debug_data stage: SQL debugging tasks drawn from the prepared splits."""
+    reproduce("debug_data", debug_data, force, parent_run_id)
+
+
 @flow(name="acesql-sft_data")
 def sft_data_flow(
     sft_data: SftDataSection | None = None,
@@ -120,6 +131,7 @@ def evaluate_flow(
 STAGE_FLOWS = {
     "base_model": base_model_flow,
     "data": data_flow,
+    "debug_data": debug_data_flow,
     "sft_data": sft_data_flow,
     "sft": sft_flow,
     "rl_data": rl_data_flow,

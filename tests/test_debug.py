@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from acesql.data.loaders import load_dataset
 from acesql.debug.bugs import QUERY_BUGS, inject
-from acesql.debug.build import BuildConfig, build_split, summarize
+from acesql.debug.build import BuildConfig, build_tasks, summarize
 from acesql.debug.intents import MANAGEMENT, PERSONALIZATION
 from acesql.debug.judge import judge
 from acesql.debug.task import DebugTask, read_tasks, write_tasks
@@ -146,7 +147,8 @@ def test_intent_rules_give_working_solutions_and_broken_issues(name, pool, schoo
 
 def test_tasks_from_synthetic_data_are_verified_and_keep_their_split(pool, synth_dir):
     config = BuildConfig(tasks_per_db=6, seed=0)
-    tasks, rejected = build_split(synth_dir, "test_ood", pool, config)
+    examples = load_dataset(synth_dir, "synth", "test_ood").examples
+    tasks, rejected = build_tasks(examples, "test_ood", pool, config)
     assert tasks and {t.split for t in tasks} == {"test_ood"}
     assert {t.category for t in tasks} <= {"query", "management", "personalization"}
     for t in tasks:
@@ -154,7 +156,7 @@ def test_tasks_from_synthetic_data_are_verified_and_keep_their_split(pool, synth
         assert not judge(t, t.issue_sql, pool).passed
         assert t.issue_sql[0].rstrip(";") in t.issue
         assert t.solution_sql[0] not in t.issue
-    again, _ = build_split(synth_dir, "test_ood", pool, config)
+    again, _ = build_tasks(examples, "test_ood", pool, config)
     assert [t.to_dict() for t in again] == [t.to_dict() for t in tasks]
     summary = summarize(tasks, rejected)
     assert summary["tasks"] == len(tasks) == sum(summary["by_category"].values())
@@ -183,3 +185,66 @@ def test_tasks_round_trip_and_bad_lines_are_named(tmp_path, school_db):
         task(school_db, category="select")
     with pytest.raises(DataError, match="run the debug_data stage"):
         read_tasks(tmp_path / "missing.jsonl")
+
+
+def test_bird_critic_records_become_judgeable_tasks(pool, school_db, tmp_path):
+    from acesql.debug.bird_critic import load_bird_critic
+
+    fixture = Path(__file__).parent / "fixtures" / "bird_critic_sample.jsonl"
+    tasks, skipped = load_bird_critic(fixture, school_db.parent.parent)
+    assert [t.task_id for t in tasks] == ["0", "1", "2"]
+    assert [t.category for t in tasks] == ["query", "management", "personalization"]
+    assert skipped == {"database_missing": 1, "no_solution": 1, "transpile_failed": 1}
+    assert tasks[1].solution_sql == ["UPDATE student SET gpa = 4.0 WHERE CAST(age AS INTEGER) > 25"]
+    assert '"dept_id"' in tasks[0].solution_sql[0]  # MySQL backticks, translated
+    for t in tasks:
+        assert t.source == "bird-critic" and t.issue
+        assert judge(t, t.solution_sql, pool).passed
+        assert not judge(t, t.issue_sql, pool).passed
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(fixture.read_text() + '{"query": "no database"}\n')
+    with pytest.raises(DataError, match=r"bad.jsonl:7: no selected_database"):
+        load_bird_critic(bad, school_db.parent.parent)
+
+
+def test_the_debug_commands(tmp_path, school_db):
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks(tasks_file, [task(school_db, "management", solution_sql=["DELETE FROM course"])])
+    run = CliRunner().invoke
+
+    def judged(*fix):
+        result = run(cli, ["debug", "judge", "--tasks", str(tasks_file), "--id", "t1", *fix])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    assert judged("--fix", "DELETE FROM course WHERE course_id > 0")["passed"]
+    verdict = judged("--fix", "DELETE FROM student")
+    assert not verdict["passed"] and verdict["reason"].startswith("state:")
+    fix_file = tmp_path / "fix.sql"
+    fix_file.write_text("DELETE FROM course; SELECT COUNT(*) FROM course;")
+    assert judged("--fix-file", str(fix_file))["passed"]
+    missing = run(cli, ["debug", "judge", "--tasks", str(tasks_file), "--id", "nope", "--fix", "x"])
+    assert missing.exit_code != 0 and "no task 'nope'" in missing.output
+    shown = run(cli, ["debug", "show", "--tasks", str(tasks_file)])
+    assert json.loads(shown.output)["by_category"] == {"management": 1}
+    out = tmp_path / "critic.jsonl"
+    fixture = Path(__file__).parent / "fixtures" / "bird_critic_sample.jsonl"
+    db_root = str(school_db.parent.parent)
+    imported = run(
+        cli,
+        [
+            "debug",
+            "import-bird-critic",
+            "--jsonl",
+            str(fixture),
+            "--db-root",
+            db_root,
+            "--out",
+            str(out),
+        ],
+    )
+    assert json.loads(imported.output)["tasks"] == 3 and len(read_tasks(out)) == 3

@@ -1,7 +1,8 @@
-"""Debugging tasks generated from a synthetic text-to-SQL dataset (the embedded default).
+"""Debugging tasks generated from a text-to-SQL dataset's prepared splits (by default the
+synthetic one): real gold queries and real databases, broken on purpose.
 
 For each database of a split, `tasks_per_db` tasks in the categories' shares:
-- `query`: a verified gold SELECT of the split with one bug of `acesql.debug.bugs`;
+- `query`: a gold SELECT of the split with one bug of `acesql.debug.bugs`;
 - `management`: a data-management intent of `acesql.debug.intents.MANAGEMENT`;
 - `personalization`: a view wrapping a broken query, or an audit trigger on the wrong event.
 
@@ -14,18 +15,18 @@ tasks are on domains never seen in train, as for the text-to-SQL data.
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from acesql.data.loaders import Example
 from acesql.debug.bugs import QUERY_BUGS, inject
 from acesql.debug.intents import MANAGEMENT, PERSONALIZATION, Draft, view_draft
 from acesql.debug.issues import describe_symptom, write_issue
 from acesql.debug.judge import judge
 from acesql.debug.task import CATEGORIES, DebugTask
-from acesql.errors import ConfigError, DataError
+from acesql.errors import ConfigError
 from acesql.sql.replicas import ReplicaPool
 from acesql.sql.sandbox import open_sandboxed
 from acesql.sql.schema import Schema
@@ -57,20 +58,20 @@ class BuildConfig:
         return dict(zip(CATEGORIES, counts))
 
 
-def build_split(
-    root: str | Path, split: str, pool: ReplicaPool, config: BuildConfig
+def build_tasks(
+    examples: list[Example], split: str, pool: ReplicaPool, config: BuildConfig
 ) -> tuple[list[DebugTask], Counter]:
-    """The tasks of one split of the synthetic dataset at `root`, and why drafts were dropped."""
-    root = Path(root)
-    path = root / f"{split}.json"
-    if not path.is_file():
-        raise DataError(f"no {split} split at {path}: run the data stage first")
-    by_db: dict[str, list[dict]] = {}
-    for example in json.loads(path.read_text(encoding="utf-8")):
-        by_db.setdefault(example["db_id"], []).append(example)
+    """The tasks drawn from one split's prepared examples, and why drafts were dropped."""
+    by_db: dict[str, list[Example]] = {}
+    for example in examples:
+        if not example.unusable:
+            by_db.setdefault(example.db_id, []).append(example)
     tasks, rejected = [], Counter()
     for db_id in sorted(by_db):
-        db_path = root / "databases" / db_id / f"{db_id}.sqlite"
+        db_path = Path(by_db[db_id][0].db_path)
+        if not db_path.is_file():
+            rejected["database_missing"] += 1
+            continue
         builder = _DatabaseTasks(db_id, db_path, split, by_db[db_id], pool, config, rejected)
         tasks += builder.build()
     return tasks, rejected
@@ -130,16 +131,19 @@ class _DatabaseTasks:
                 if draft is not None:
                     yield draft
 
-    def _query_draft(self, example: dict, view: bool = False) -> Draft | None:
+    def _query_draft(self, example: Example, view: bool = False) -> Draft | None:
         names = sorted(QUERY_BUGS, key=lambda n: (self.bug_use[n], self.rng.random()))
+        question = (
+            f"{example.question} ({example.evidence})" if example.evidence else example.question
+        )
         for name in names:
-            broken = inject(example["sql"], name, self.schema, self.rng)
+            broken = inject(example.sql, name, self.schema, self.rng)
             if broken is None:
                 continue
             if view:
                 view_name = f"my_view_{len(self.seen)}"
-                return view_draft(example["question"], example["sql"], broken, name, view_name)
-            return Draft("query", name, example["question"], [example["sql"]], [broken])
+                return view_draft(question, example.sql, broken, name, view_name)
+            return Draft("query", name, question, [example.sql], [broken])
         return None
 
     def _verify(self, draft: Draft, task_id: str) -> DebugTask | None:

@@ -21,6 +21,12 @@ from acesql.tracking import flatten
 HEADLINES = {
     "base_model": ("parameters",),
     "data": ("splits.train.n", "splits.dev.n", "splits.test_ood.n"),
+    "debug_data": (
+        "tasks",
+        "by_category.query",
+        "by_category.management",
+        "by_category.personalization",
+    ),
     "sft_data": ("n_retriever", "n_generator"),
     "sft": ("steps", "first_loss", "final_loss", "train_seconds"),
     "rl_data": ("considered", "kept", "kept_rate"),
