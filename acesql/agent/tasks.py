@@ -1,0 +1,87 @@
+"""The agent's two kinds of task: a debugging task, and a text-to-SQL question.
+
+Both open with the system message of `templates/prompts.yaml`'s `agent` section and a user
+message holding the schema (without sample values: the agent can look at the data itself).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from acesql.agent.episode import AgentTask
+from acesql.data.loaders import Example
+from acesql.debug.judge import judge
+from acesql.debug.task import DebugTask
+from acesql.models.prompts import templates
+from acesql.sql.columns import has_order_by
+from acesql.sql.matching import execution_match
+from acesql.sql.replicas import ReplicaPool, split_statements
+from acesql.sql.sandbox import execute
+from acesql.sql.schema import Schema
+
+
+@cache
+def _schema_text(db_path: str) -> str:
+    return Schema.from_sqlite(db_path, n_samples=0).render(None, samples=False)
+
+
+def _opening(user: str) -> list[dict]:
+    return [
+        {"role": "system", "content": templates()["agent"]["system"]},
+        {"role": "user", "content": user},
+    ]
+
+
+class DebugAgentTask(AgentTask):
+    """A `DebugTask` for the agent: the issue to fix, judged by `acesql.debug.judge`."""
+
+    def __init__(self, task: DebugTask):
+        self.task = task
+        self.task_id, self.db_path = task.task_id, task.db_path
+        self.setup_sql = list(task.preprocess_sql)
+
+    def messages(self, max_turns: int) -> list[dict]:
+        setup = ""
+        if self.setup_sql:
+            setup = "\n\nAlready run on this database:\n" + "\n".join(
+                s.rstrip().rstrip(";") + ";" for s in self.setup_sql
+            )
+        user = templates()["agent"]["debug"].format(
+            schema=_schema_text(self.db_path), setup=setup, issue=self.task.issue, turns=max_turns
+        )
+        return _opening(user)
+
+    def score(self, submission: str, pool: ReplicaPool) -> tuple[bool, str]:
+        verdict = judge(self.task, submission, pool)
+        return verdict.passed, verdict.reason
+
+
+class QuestionAgentTask(AgentTask):
+    """A text-to-SQL question for the agent: it may probe, then submits one query, matched
+    against the gold query's result under `match_mode`."""
+
+    def __init__(self, example: Example, match_mode: str = "multiset", timeout_s: float = 30.0):
+        self.example, self.match_mode, self.timeout_s = example, match_mode, timeout_s
+        self.task_id, self.db_path = f"{example.db_id}/{example.index}", example.db_path
+
+    def messages(self, max_turns: int) -> list[dict]:
+        ex = self.example
+        hint = f"\nHint: {ex.evidence.strip()}" if ex.evidence.strip() else ""
+        user = templates()["agent"]["text2sql"].format(
+            schema=_schema_text(self.db_path),
+            question=ex.question.strip(),
+            hint=hint,
+            turns=max_turns,
+        )
+        return _opening(user)
+
+    def score(self, submission: str, pool: ReplicaPool) -> tuple[bool, str]:
+        statements = split_statements(submission)
+        if len(statements) != 1:
+            return False, f"submit exactly one query, got {len(statements)} statements"
+        with pool.lease(self.db_path) as view:
+            got = view.execute(statements[0])
+        gold = execute(self.db_path, self.example.sql, timeout_s=self.timeout_s)
+        ordered = has_order_by(self.example.sql)
+        match = execution_match(got, gold, self.match_mode, ordered=ordered)
+        return match.match, match.reason

@@ -1,0 +1,199 @@
+"""The multi-turn agent: actions, observations, episodes on private views, scoring."""
+
+from __future__ import annotations
+
+import pytest
+
+from acesql.agent.actions import close_action, parse_action
+from acesql.agent.episode import run_episodes
+from acesql.agent.observation import render_observation
+from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask
+from acesql.data.loaders import Example
+from acesql.debug.task import DebugTask
+from acesql.models.engine import Completion, Engine
+from acesql.sql.replicas import ReplicaPool
+from acesql.sql.sandbox import ExecResult
+
+
+class ScriptedEngine(Engine):
+    """Answers turn k of trajectory i with scripts[i][k] (the batch holds live ones only)."""
+
+    def __init__(self, scripts: list[list[str]]):
+        self.scripts = scripts
+        self.calls: list[list[str]] = []
+
+    def generate(self, prompts, n=1, stop=None, **options):
+        self.calls.append(prompts)
+        out = []
+        for prompt in prompts:
+            i = self._owner(prompt)
+            turn = prompt.count("<|im_start|>assistant") - 1
+            text = self.scripts[i][turn]
+            for s in stop or []:  # the engine cuts at the stop string, as the real ones do
+                text = text.split(s)[0] if s in text else text
+            out.append([Completion(text, list(range(len(text) // 4 + 1)), [], "stop")])
+        return out
+
+    def _owner(self, prompt: str) -> int:
+        marks = [i for i in range(len(self.scripts)) if f"[trajectory {i}]" in prompt]
+        return marks[0] if marks else 0
+
+
+class ChatTokenizer:
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+
+@pytest.fixture()
+def pool(tmp_path):
+    with ReplicaPool(tmp_path / "replicas", timeout_s=10) as pool:
+        yield pool
+
+
+def debug_task(db, mark="", **fields) -> DebugAgentTask:
+    base = dict(
+        task_id="t1",
+        db_id="school",
+        db_path=str(db),
+        category="management",
+        issue=f"Clear the course table. {mark}",
+        issue_sql=["DELETE FROM course WHERE 0"],
+        solution_sql=["DELETE FROM course"],
+    )
+    return DebugAgentTask(DebugTask(**(base | fields)))
+
+
+def test_actions_and_observations():
+    assert parse_action("a <sql>SELECT 1</sql> b <sql>SELECT 2</sql>").sql == "SELECT 2"
+    assert parse_action("<submit>```sql\nSELECT 3\n```</submit>").sql == "SELECT 3"
+    assert parse_action("<sql>  </sql>").kind == "none"
+    assert parse_action("<sql>SELECT 1").kind == "none"
+    assert close_action("look <sql>SELECT 1") == "look <sql>SELECT 1</sql>"
+    assert close_action("done <submit>x</submit>") == "done <submit>x</submit>"
+    long = ExecResult(ok=True, columns=["v"], rows=[("x" * 100,)] * 30)
+    text = render_observation(long, max_rows=5, max_value_chars=10)
+    assert "(30 rows, first 5 shown)" in text and "xxxxxxx..." in text
+    assert render_observation(ExecResult(ok=False, error="no such table: t")) == (
+        "Error: no such table: t"
+    )
+    assert render_observation(long, max_chars=100).endswith("(output cut)")
+
+
+def test_a_trajectory_probes_tries_a_write_and_submits(pool, school_db):
+    engine = ScriptedEngine(
+        [
+            [
+                "How many courses? <sql>SELECT COUNT(*) FROM course</sql>",
+                "Try it. <sql>DELETE FROM course</sql>",
+                "Check. <sql>SELECT COUNT(*) FROM course</sql>",
+                "<submit>DELETE FROM course;</submit>",
+            ]
+        ]
+    )
+    (group,) = run_episodes(engine, ChatTokenizer(), [debug_task(school_db)], pool, max_turns=5)
+    (trajectory,) = group
+    assert trajectory.finish == "submitted" and trajectory.passed and trajectory.reward == 1.0
+    observations = [t.observation for t in trajectory.turns]
+    assert "rows affected" in observations[1] and "\n0\n" in observations[2]
+    assert observations[0].splitlines()[2] != "0"  # the first probe saw the courses
+    assert observations[3] is None
+    # the next prompt holds the observation, the model's tokens are the completion alone
+    assert observations[0] in trajectory.turns[1].prompt
+    assert trajectory.turns[1].prompt.count("<|im_start|>assistant") == 2
+
+
+def test_the_submission_is_judged_apart_from_what_the_trajectory_did(pool, school_db):
+    engine = ScriptedEngine([["<sql>DELETE FROM course</sql>", "<submit>SELECT 1</submit>"]])
+    (group,) = run_episodes(engine, ChatTokenizer(), [debug_task(school_db)], pool, max_turns=3)
+    assert group[0].finish == "submitted" and not group[0].passed
+    assert group[0].verdict.startswith("state:")
+
+
+def test_malformed_turns_cost_turns_and_the_budget_ends_the_trajectory(pool, school_db):
+    engine = ScriptedEngine([["I am not sure.", "Still thinking", "Maybe"]])
+    (group,) = run_episodes(engine, ChatTokenizer(), [debug_task(school_db)], pool, max_turns=3)
+    (trajectory,) = group
+    assert trajectory.finish == "turn_budget" and trajectory.submission is None
+    assert trajectory.reward == 0.0 and trajectory.verdict == "no submission"
+    assert len(trajectory.turns) == 3
+    assert "No action found" in trajectory.turns[0].observation
+    assert "0 turn(s) left" in trajectory.turns[2].observation
+
+
+def test_trajectories_of_a_group_write_apart_and_advance_in_one_batch(pool, school_db):
+    tasks = [debug_task(school_db, "[trajectory 0]"), debug_task(school_db, "[trajectory 1]")]
+    engine = ScriptedEngine(
+        [
+            [
+                "<sql>DELETE FROM course</sql>",
+                "<sql>SELECT COUNT(*) FROM course</sql>",
+                "<submit>DELETE FROM course</submit>",
+            ],
+            [
+                "<sql>SELECT COUNT(*) FROM course</sql>",
+                "<sql>SELECT COUNT(*) FROM course</sql>",
+                "<submit>DELETE FROM course WHERE course_id < 0</submit>",
+            ],
+        ]
+    )
+    groups = run_episodes(engine, ChatTokenizer(), tasks, pool, n=2, max_turns=4)
+    assert [len(g) for g in groups] == [2, 2]
+    assert all(len(call) == 4 for call in engine.calls)  # 4 live trajectories per turn
+    first, second = groups[0][0], groups[1][0]
+    assert "\n0\n" in first.turns[1].observation  # its own delete
+    assert "\n0\n" not in second.turns[1].observation  # the other's view is untouched
+    assert [t.passed for t in groups[0]] == [True, True]
+    assert [t.passed for t in groups[1]] == [False, False]
+
+
+def test_preprocess_statements_run_on_every_view_first(pool, school_db):
+    task = debug_task(
+        school_db,
+        preprocess_sql=["CREATE TABLE audit (id)"],
+        solution_sql=["INSERT INTO audit VALUES (1)"],
+        issue_sql=["INSERT INTO audit VALUES (2)"],
+    )
+    engine = ScriptedEngine(
+        [["<sql>SELECT COUNT(*) FROM audit</sql>", "<submit>INSERT INTO audit VALUES (1)</submit>"]]
+    )
+    (group,) = run_episodes(engine, ChatTokenizer(), [task], pool, max_turns=2)
+    assert group[0].turns[0].observation.startswith("Result:\nCOUNT(*)\n0")
+    assert group[0].passed
+    assert "Already run on this database" in group[0].turns[0].prompt
+
+
+def test_question_tasks_are_matched_on_the_result(pool, school_db):
+    example = Example(
+        0, "school", "How many students?", "SELECT COUNT(*) FROM student", str(school_db)
+    )
+    task = QuestionAgentTask(example)
+    assert task.score("SELECT COUNT(StudentID) FROM student", pool)[0]
+    assert not task.score("SELECT COUNT(*) FROM course", pool)[0]
+    passed, reason = task.score("SELECT 1; SELECT 2", pool)
+    assert not passed and "exactly one query" in reason
+    assert "How many students?" in task.messages(3)[1]["content"]
+
+
+def test_episodes_with_a_tiny_model(pool, school_db, tiny_model_dir):
+    from acesql.models.base_model import load_tokenizer
+    from acesql.models.engine import load_engine
+
+    engine = load_engine("transformers", tiny_model_dir, device="cpu")
+    tokenizer = load_tokenizer(tiny_model_dir)
+    groups = run_episodes(
+        engine,
+        tokenizer,
+        [debug_task(school_db)],
+        pool,
+        n=2,
+        max_turns=2,
+        max_new_tokens=6,
+        seed=0,
+    )
+    engine.close()
+    assert len(groups[0]) == 2
+    for trajectory in groups[0]:
+        assert trajectory.finish in ("submitted", "turn_budget")
+        assert all(t.completion.token_ids for t in trajectory.turns)
+        assert trajectory.to_dict()["turns"][0]["tokens"] > 0
