@@ -784,6 +784,66 @@ def debug_show(tasks_file, task_id):
     )
 
 
+@debug.command("eval")
+@click.option("--model", required=True, type=click.Path(exists=True), help="Model folder.")
+@click.option("--tasks", "tasks_file", required=True, type=click.Path(), help="Tasks JSONL.")
+@click.option("--limit", type=COUNT, help="Tasks, spread over databases [all].")
+@click.option("--max-turns", default=5, show_default=True, type=COUNT, help="Turn budget.")
+@click.option("--max-new-tokens", default=256, show_default=True, type=COUNT, help="Per turn.")
+@click.option(
+    "--batch-size", default=8, show_default=True, type=COUNT, help="Trajectories per chunk."
+)
+@click.option("--timeout", "timeout_s", default=10.0, show_default=True, help="Per statement (s).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Result folder.")
+def debug_eval(model, tasks_file, limit, max_turns, max_new_tokens, batch_size, timeout_s, out):
+    """The agent on debugging tasks, one greedy trajectory each: success per category, turns,
+    tokens. Resumes from OUT/rows.jsonl; prints the metrics."""
+    import tempfile
+
+    from tqdm import tqdm
+
+    from acesql.agent.evaluate import evaluate_agent, spread
+    from acesql.debug.task import read_tasks
+    from acesql.models.base_model import load_tokenizer
+    from acesql.models.engine import load_engine
+    from acesql.sql.replicas import ReplicaPool
+
+    tasks = spread(read_tasks(tasks_file), limit)
+    engine = load_engine("transformers", model, batch_size=batch_size, progress=False)
+    bar = tqdm(total=len(tasks), desc="agent", unit="task", file=sys.stderr)
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="acesql-replicas-") as scratch,
+            ReplicaPool(scratch, timeout_s=check_timeout(timeout_s)) as pool,
+        ):
+            metrics = evaluate_agent(
+                engine,
+                load_tokenizer(model),
+                tasks,
+                pool,
+                Path(out),
+                max_turns=max_turns,
+                max_new_tokens=max_new_tokens,
+                chunk=batch_size,
+                progress=bar.update,
+            )
+    finally:
+        bar.close()
+        engine.close()
+    _print(metrics)
+
+
+@debug.command("compare")
+@click.argument("a", type=click.Path(exists=True, file_okay=False))
+@click.argument("b", type=click.Path(exists=True, file_okay=False))
+def debug_compare(a, b):
+    """Two agent evaluations paired on the tasks both scored: B - A overall and per category,
+    with a 95% bootstrap interval and the exact McNemar p-value."""
+    from acesql.agent.evaluate import compare, read_rows
+
+    _print(compare(read_rows(a), read_rows(b)))
+
+
 @debug.command("import-bird-critic")
 @click.option("--jsonl", required=True, type=click.Path(), help="A BIRD-CRITIC JSONL file.")
 @click.option("--db-root", required=True, type=click.Path(file_okay=False), help="Databases.")

@@ -197,3 +197,49 @@ def test_episodes_with_a_tiny_model(pool, school_db, tiny_model_dir):
         assert trajectory.finish in ("submitted", "turn_budget")
         assert all(t.completion.token_ids for t in trajectory.turns)
         assert trajectory.to_dict()["turns"][0]["tokens"] > 0
+
+
+def test_agent_evaluation_resumes_summarizes_and_compares(pool, school_db, tmp_path):
+    from acesql.agent.evaluate import compare, evaluate_agent, read_rows, spread
+
+    tasks = [
+        debug_task(school_db, f"[trajectory {i}]", task_id=f"t{i}", db_id=f"db{i % 2}").task
+        for i in range(3)
+    ]
+    tasks[2].category = "query"
+    tasks[2].solution_sql = ["SELECT COUNT(*) FROM course"]
+    assert [t.task_id for t in spread(tasks, 2)] == ["t0", "t1"]  # one per database first
+    good = ScriptedEngine([["<submit>DELETE FROM course</submit>"]] * 2 + [["<submit>x</submit>"]])
+    metrics = evaluate_agent(good, ChatTokenizer(), tasks, pool, tmp_path / "a", chunk=2)
+    assert metrics["n"] == 3 and metrics["success"] == 2 / 3
+    assert metrics["by_category"]["management"]["success"] == 1.0
+    assert metrics["by_category"]["query"]["success"] == 0.0
+    low, high = metrics["success_95"]
+    assert 0 < low < 2 / 3 < high < 1
+    again = evaluate_agent(good, ChatTokenizer(), tasks, pool, tmp_path / "a")
+    assert again == metrics and len(good.calls) == 2  # resumed: no new generation
+    bad = ScriptedEngine([["no idea"]] * 3)
+    evaluate_agent(bad, ChatTokenizer(), tasks, pool, tmp_path / "b", max_turns=1)
+    paired = compare(read_rows(tmp_path / "a"), read_rows(tmp_path / "b"))
+    assert paired["all"]["n"] == 3 and paired["all"]["a_only"] == 2
+    assert paired["all"]["b_minus_a"] == pytest.approx(-2 / 3)
+    assert paired["management"]["n"] == 2
+
+
+def test_debug_eval_command_with_a_tiny_model(school_db, tmp_path, tiny_model_dir):
+    import json
+
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+    from acesql.debug.task import write_tasks
+
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks(tasks_file, [debug_task(school_db, task_id=f"t{i}").task for i in range(2)])
+    out = tmp_path / "eval"
+    args = ["debug", "eval", "--model", str(tiny_model_dir), "--tasks", str(tasks_file)]
+    args += ["--max-turns", "1", "--max-new-tokens", "4", "--out", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout.strip().splitlines()[-1])
+    assert metrics["n"] == 2 and (out / "trajectories.jsonl").is_file()
