@@ -163,7 +163,10 @@ def _advance(episode: _Live, prompt: str, completion: Completion, turns_left: in
     elif action.kind == "sql":
         results = episode.lease.execute_script(action.sql)
         result = render_observation(results[-1]) if results else "Error: empty SQL"
-        observation = wording["observation"].format(result=result, turns_left=turns_left)
+        last_call = wording["last_call"] if turns_left == 1 else ""
+        observation = wording["observation"].format(
+            result=result, turns_left=turns_left, last_call=last_call
+        )
     else:
         observation = wording["malformed"].format(turns_left=turns_left)
     episode.trajectory.turns.append(Turn(prompt, completion, action, observation))
