@@ -464,6 +464,33 @@ class DebugDataSection(Section):
         return self
 
 
+class AgentSftSection(Section):
+    """The `agent_sft` stage: imitation for the SQL agent (worked debugging tasks and
+    questions, run for real on replicas), continuing from a trained model."""
+
+    model: str = Field(
+        "models/grpo",
+        description="Model to continue from (models/grpo: one model for generation and "
+        "debugging, the seed's unified model).",
+    )
+    max_tasks: int | None = Field(
+        200, ge=1, description="Train debugging tasks used, spread over databases; null: all."
+    )
+    question_ratio: float = Field(
+        0.5, ge=0, description="Text-to-SQL question demonstrations per debugging task."
+    )
+    max_turns: int = Field(3, ge=1, description="The agent's turn budget the prompts state.")
+    single_turn_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Share of tasks also shown worked in one turn (diagnose and submit: the "
+        "reasoning imitation), besides the multi-turn demonstration (the tool use).",
+    )
+    timeout_s: float = Field(10.0, gt=0, description="SQL execution timeout per statement.")
+    training: SftSection = Field(default_factory=SftSection, description="SFT settings.")
+
+
 class EvaluateSection(Section):
     """The `evaluate` stage: greedy pipeline EX and generator ability."""
 
@@ -515,6 +542,9 @@ class Params(Section):
         default_factory=DebugDataSection, description="The debug_data stage."
     )
     rl_data: RlDataSection = Field(default_factory=RlDataSection, description="rl_data.")
+    agent_sft: AgentSftSection = Field(
+        default_factory=AgentSftSection, description="The agent_sft stage."
+    )
     grpo: GrpoSection = Field(default_factory=GrpoSection, description="The grpo stage.")
     evaluate: EvaluateSection = Field(
         default_factory=EvaluateSection, description="The evaluate stage."

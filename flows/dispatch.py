@@ -32,7 +32,7 @@ from flows.tasks import StageFailed
 
 GpuMode = Literal["never", "auto", "always"]
 GPU_POOL = "gpu"  # prefect.yaml's pool of the sft and grpo deployments
-GPU_STAGES = ("sft", "grpo")
+GPU_STAGES = ("sft", "grpo", "agent_sft")  # the training stages
 START_TIMEOUT_S = 900.0  # how long a dispatched run may wait for a worker to pick it up
 REPORT_EVERY_S = 60.0
 POLL_S = 5.0
@@ -73,14 +73,16 @@ def use_gpu_deployments(mode: GpuMode) -> bool:
     logger = get_run_logger()
     online, why = pool_workers(GPU_POOL)
     if online:
-        logger.info("%s: sft and grpo run on %s", why, [gpu_deployment(s) for s in GPU_STAGES])
+        logger.info(
+            "%s: the training stages run on %s", why, [gpu_deployment(s) for s in GPU_STAGES]
+        )
         return True
     if mode == "always":
         raise StageFailed(
             f"gpu_deployments is 'always' but {why}. Start one, or run the pipeline with "
             "gpu_deployments 'auto' (runs them here when no worker is there) or 'never'."
         )
-    logger.warning("%s: sft and grpo run here, in the pipeline's process", why)
+    logger.warning("%s: the training stages run here, in the pipeline's process", why)
     return False
 
 

@@ -67,12 +67,24 @@ from flows.tracking import (  # noqa: E402
 )
 
 # the stages of dvc.yaml, in pipeline order
-STAGES = ("base_model", "data", "debug_data", "sft_data", "sft", "rl_data", "grpo", "evaluate")
+STAGES = (
+    "base_model",
+    "data",
+    "debug_data",
+    "sft_data",
+    "sft",
+    "rl_data",
+    "grpo",
+    "evaluate",
+    "agent_sft",
+)
+# what a run does unless told otherwise: the agent's stages are asked for by name
+MAIN_STAGES = STAGES[: STAGES.index("evaluate") + 1]
 
 
 @flow(name="acesql-pipeline")
 def pipeline(
-    stages: Sequence[str] = STAGES,
+    stages: Sequence[str] = MAIN_STAGES,
     force: bool = False,
     gpu_deployments: GpuMode = "never",
     registered_model: str = "acesql",
@@ -151,7 +163,7 @@ def use_profile(profile: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
+    parser.add_argument("--stages", nargs="+", default=list(MAIN_STAGES), choices=STAGES)
     parser.add_argument("--force", action="store_true", help="rerun even if nothing changed")
     parser.add_argument(
         "--gpu-deployments",

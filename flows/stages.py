@@ -21,6 +21,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 
 from acesql.config import (
+    AgentSftSection,
     BaseModelSection,
     DataSection,
     DebugDataSection,
@@ -128,6 +129,16 @@ def evaluate_flow(
     reproduce("evaluate", evaluate, force, parent_run_id)
 
 
+@flow(name="acesql-agent_sft")
+def agent_sft_flow(
+    agent_sft: AgentSftSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+) -> None:
+    """The agent_sft stage: imitation for the multi-turn SQL agent."""
+    reproduce("agent_sft", agent_sft, force, parent_run_id)
+
+
 STAGE_FLOWS = {
     "base_model": base_model_flow,
     "data": data_flow,
@@ -137,4 +148,5 @@ STAGE_FLOWS = {
     "rl_data": rl_data_flow,
     "grpo": grpo_flow,
     "evaluate": evaluate_flow,
+    "agent_sft": agent_sft_flow,
 }

@@ -243,3 +243,25 @@ def test_debug_eval_command_with_a_tiny_model(school_db, tmp_path, tiny_model_di
     assert result.exit_code == 0, result.output
     metrics = json.loads(result.stdout.strip().splitlines()[-1])
     assert metrics["n"] == 2 and (out / "trajectories.jsonl").is_file()
+
+
+def test_demonstrations_are_the_episodes_the_agent_would_run(pool, school_db, synth_dir):
+    from acesql.agent.demos import debug_demonstration, question_demonstration
+    from acesql.data.loaders import load_dataset
+    from acesql.debug.build import BuildConfig, build_tasks
+
+    examples = load_dataset(synth_dir, "synth", "test_ood").examples
+    tasks, _ = build_tasks(examples, "test_ood", pool, BuildConfig(tasks_per_db=6))
+    agent_tasks = [DebugAgentTask(t) for t in tasks] + [QuestionAgentTask(examples[0])]
+    tokenizer = ChatTokenizer()
+    for task in agent_tasks:
+        maker = (
+            question_demonstration if isinstance(task, QuestionAgentTask) else debug_demonstration
+        )
+        records = maker(task, pool, tokenizer, max_turns=3)
+        assert records[-1]["response"].count("<submit>") == 1
+        engine = ScriptedEngine([[r["response"] for r in records]])
+        (group,) = run_episodes(engine, tokenizer, [task], pool, max_turns=3)
+        (trajectory,) = group
+        assert trajectory.passed, (task.task_id, trajectory.verdict)
+        assert [t.prompt for t in trajectory.turns] == [r["prompt"] for r in records]

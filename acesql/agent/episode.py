@@ -161,12 +161,7 @@ def _advance(episode: _Live, prompt: str, completion: Completion, turns_left: in
         episode.trajectory.submission = action.sql
         episode.trajectory.finish = "submitted"
     elif action.kind == "sql":
-        results = episode.lease.execute_script(action.sql)
-        result = render_observation(results[-1]) if results else "Error: empty SQL"
-        last_call = wording["last_call"] if turns_left == 1 else ""
-        observation = wording["observation"].format(
-            result=result, turns_left=turns_left, last_call=last_call
-        )
+        observation = observe(episode.lease, action.sql, turns_left)
     else:
         observation = wording["malformed"].format(turns_left=turns_left)
     episode.trajectory.turns.append(Turn(prompt, completion, action, observation))
@@ -176,6 +171,15 @@ def _advance(episode: _Live, prompt: str, completion: Completion, turns_left: in
             {"role": "user", "content": observation},
         ]
     return bool(episode.trajectory.finish)
+
+
+def observe(lease: Lease, sql: str, turns_left: int) -> str:
+    """Run an action's SQL on the trajectory's view; the user message that reports it."""
+    wording = templates()["agent"]
+    results = lease.execute_script(sql)
+    result = render_observation(results[-1]) if results else "Error: empty SQL"
+    last_call = wording["last_call"] if turns_left == 1 else ""
+    return wording["observation"].format(result=result, turns_left=turns_left, last_call=last_call)
 
 
 def _score(episode: _Live, pool: ReplicaPool) -> None:

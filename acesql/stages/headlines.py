@@ -40,6 +40,7 @@ HEADLINES = {
         "best_val_pipeline_ex",
         "train_seconds",
     ),
+    "agent_sft": ("records", "steps", "first_loss", "final_loss", "train_seconds"),
     "evaluate": (
         "n",
         "pipeline_ex",

@@ -1,0 +1,88 @@
+"""The `agent_sft` stage: imitation for the multi-turn SQL agent.
+
+    python -m acesql.stages.agent_sft [--params params.yaml]
+
+Reads `base` and `agent_sft`; `{data_dir}/debug/train.jsonl` (the debug_data stage),
+`{data_dir}/prepared/train.jsonl` (questions) and the model `agent_sft.model`. Builds
+demonstrations (`acesql.agent.demos`), run for real on replicas so that each observation is
+what the database returned: every chosen debugging task worked over `max_turns` turns (run
+the reported SQL, look, submit), a `single_turn_share` of them also in one turn (diagnose and
+submit), and `question_ratio` text-to-SQL questions per task (look, submit). One SFT record
+per turn; observations are in the prompt, never in the loss. Trains with `training` (the
+`sft` trainer: checkpoints, resume, time budget) and writes `{models_dir}/agent_sft` and
+`{models_dir}/agent_sft_metrics.json`.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+from acesql.data.loaders import read_prepared
+from acesql.errors import DataError
+from acesql.stages.common import run_stage, write_metrics
+
+
+def build_records(s: dict, tokenizer) -> tuple[list[dict], dict]:
+    from acesql.agent.demos import debug_demonstration, question_demonstration
+    from acesql.agent.evaluate import spread
+    from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask
+    from acesql.debug.task import read_tasks
+    from acesql.sql.replicas import ReplicaPool
+
+    base, cfg = s["base"], s["agent_sft"]
+    tasks = spread(read_tasks(base.data_dir / "debug" / "train.jsonl"), cfg.max_tasks)
+    questions = read_prepared(base.data_dir / "prepared" / "train.jsonl")
+    rng = random.Random(f"{base.seed}:agent_sft")
+    rng.shuffle(questions)
+    questions = questions[: round(cfg.question_ratio * len(tasks))]
+    single = set(rng.sample(range(len(tasks)), round(cfg.single_turn_share * len(tasks))))
+    records, counts = [], {"debug_tasks": len(tasks), "single_turn": len(single)}
+    with (
+        tempfile.TemporaryDirectory(prefix="acesql-replicas-") as scratch,
+        ReplicaPool(scratch, timeout_s=cfg.timeout_s) as pool,
+    ):
+        for i, task in enumerate(tqdm(tasks, desc="demonstrations", unit="task")):
+            agent_task = DebugAgentTask(task)
+            records += debug_demonstration(agent_task, pool, tokenizer, cfg.max_turns)
+            if i in single:
+                records += debug_demonstration(agent_task, pool, tokenizer, 1)
+        for example in questions:
+            records += question_demonstration(
+                QuestionAgentTask(example), pool, tokenizer, cfg.max_turns
+            )
+    counts["questions"] = len(questions)
+    counts["records"] = len(records)
+    rng.shuffle(records)
+    return records, counts
+
+
+def work(s: dict, tracker) -> dict:
+    from acesql.models.base_model import load_tokenizer
+    from acesql.sft.trainer import train_sft
+
+    base, cfg = s["base"], s["agent_sft"]
+    model = Path(cfg.model)
+    if not model.is_dir():
+        raise DataError(f"{model} not found: train it first, or set agent_sft.model")
+    records, counts = build_records(s, load_tokenizer(model))
+    summary = train_sft(
+        model, records, base.models_dir / "agent_sft", cfg.training, tracker, seed=base.seed
+    )
+    metrics = {**counts, **{k: v for k, v in summary.items() if k != "losses"}}
+    write_metrics(base.models_dir / "agent_sft_metrics.json", metrics)
+    tracker.log_metrics(
+        {f"agent_sft/{k}": v for k, v in metrics.items() if isinstance(v, int | float)}
+    )
+    return metrics
+
+
+def main(argv=None) -> None:
+    run_stage("agent_sft", __doc__, ("base", "agent_sft"), work, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The debug_data and agent_sft stages, run as DVC runs them (a subprocess on a params file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from acesql.data.loaders import load_dataset
+from acesql.debug.task import read_tasks
+
+
+def _project(tmp_path, synth_dir, tiny_model_dir):
+    data = tmp_path / "data"
+    (data / "prepared").mkdir(parents=True)
+    for split in ("train", "test_ood"):
+        examples = load_dataset(synth_dir, "synth", split).examples
+        (data / "prepared" / f"{split}.jsonl").write_text(
+            "".join(json.dumps(e.to_dict()) + "\n" for e in examples)
+        )
+    shutil.copytree(tiny_model_dir, tmp_path / "models" / "grpo")
+    params = {
+        "base": {
+            "data_dir": str(data),
+            "models_dir": str(tmp_path / "models"),
+            "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        },
+        "debug_data": {"tasks_per_db": 4},
+        "agent_sft": {
+            "model": str(tmp_path / "models" / "grpo"),
+            "max_tasks": 3,
+            "question_ratio": 1.0,
+            "training": {"batch_size": 2, "max_length": 4096, "time_budget_minutes": 2},
+        },
+    }
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def _stage(name, params):
+    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", TOKENIZERS_PARALLELISM="false")
+    return subprocess.run(
+        [sys.executable, "-m", f"acesql.stages.{name}", "--params", str(params)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
+def _debug_data(tmp_path, synth_dir, tiny_model_dir):
+    params = _project(tmp_path, synth_dir, tiny_model_dir)
+    proc = _stage("debug_data", params)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    metrics = json.loads((tmp_path / "data" / "debug_metrics.json").read_text())
+    train = read_tasks(tmp_path / "data" / "debug" / "train.jsonl")
+    assert metrics["by_split"]["train"] == len(train) > 0
+    assert set(metrics["splits"]) == {"train", "test_ood"}  # no prepared dev: none written
+    assert not (tmp_path / "data" / "debug" / "dev.jsonl").exists()
+    return params
+
+
+def test_debug_data_stage(tmp_path, synth_dir, tiny_model_dir):
+    _debug_data(tmp_path, synth_dir, tiny_model_dir)
+
+
+@pytest.mark.slow
+def test_agent_sft_stage_trains_on_demonstrations(tmp_path, synth_dir, tiny_model_dir):
+    params = _debug_data(tmp_path, synth_dir, tiny_model_dir)
+    proc = _stage("agent_sft", params)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    metrics = json.loads((tmp_path / "models" / "agent_sft_metrics.json").read_text())
+    assert metrics["debug_tasks"] == 3 and metrics["questions"] == 3
+    # 3 tasks over 3 turns, some also in 1, and 3 questions over 2: records per turn
+    assert metrics["records"] >= 3 * 2 + 3 * 2
+    assert metrics["steps"] >= 1
+    assert (tmp_path / "models" / "agent_sft" / "config.json").is_file()
+
+
+def test_agent_sft_says_what_is_missing(tmp_path, synth_dir, tiny_model_dir):
+    params = _project(tmp_path, synth_dir, tiny_model_dir)
+    proc = _stage("agent_sft", params)
+    assert proc.returncode == 2 and "run the debug_data stage first" in proc.stderr
