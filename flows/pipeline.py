@@ -77,6 +77,7 @@ STAGES = (
     "grpo",
     "evaluate",
     "agent_sft",
+    "agent_grpo",
 )
 # what a run does unless told otherwise: the agent's stages are asked for by name
 MAIN_STAGES = STAGES[: STAGES.index("evaluate") + 1]

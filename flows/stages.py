@@ -21,6 +21,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 
 from acesql.config import (
+    AgentGrpoSection,
     AgentSftSection,
     BaseModelSection,
     DataSection,
@@ -139,6 +140,16 @@ def agent_sft_flow(
     reproduce("agent_sft", agent_sft, force, parent_run_id)
 
 
+@flow(name="acesql-agent_grpo")
+def agent_grpo_flow(
+    agent_grpo: AgentGrpoSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+) -> None:
+    """The agent_grpo stage: agentic RL of the SQL agent over whole trajectories."""
+    reproduce("agent_grpo", agent_grpo, force, parent_run_id)
+
+
 STAGE_FLOWS = {
     "base_model": base_model_flow,
     "data": data_flow,
@@ -149,4 +160,5 @@ STAGE_FLOWS = {
     "grpo": grpo_flow,
     "evaluate": evaluate_flow,
     "agent_sft": agent_sft_flow,
+    "agent_grpo": agent_grpo_flow,
 }

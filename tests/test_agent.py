@@ -168,10 +168,11 @@ def test_question_tasks_are_matched_on_the_result(pool, school_db):
         0, "school", "How many students?", "SELECT COUNT(*) FROM student", str(school_db)
     )
     task = QuestionAgentTask(example)
-    assert task.score("SELECT COUNT(StudentID) FROM student", pool)[0]
-    assert not task.score("SELECT COUNT(*) FROM course", pool)[0]
-    passed, reason = task.score("SELECT 1; SELECT 2", pool)
-    assert not passed and "exactly one query" in reason
+    assert task.score("SELECT COUNT(StudentID) FROM student", pool).passed
+    wrong = task.score("SELECT COUNT(*) FROM course", pool)
+    assert not wrong.passed and wrong.got.rows != wrong.expected.rows
+    two = task.score("SELECT 1; SELECT 2", pool)
+    assert not two.passed and "exactly one query" in two.reason
     assert "How many students?" in task.messages(3)[1]["content"]
 
 

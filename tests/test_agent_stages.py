@@ -37,6 +37,16 @@ def _project(tmp_path, synth_dir, tiny_model_dir):
             "question_ratio": 1.0,
             "training": {"batch_size": 2, "max_length": 4096, "time_budget_minutes": 2},
         },
+        "agent_grpo": {
+            "model": str(tmp_path / "models" / "agent_sft"),
+            "max_tasks": 2,
+            "steps": 1,
+            "tasks_per_step": 1,
+            "group_size": 2,
+            "max_turns": 1,
+            "max_new_tokens": 4,
+            "train_layers": None,
+        },
     }
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
@@ -81,6 +91,13 @@ def test_agent_sft_stage_trains_on_demonstrations(tmp_path, synth_dir, tiny_mode
     assert metrics["records"] >= 3 * 2 + 3 * 2
     assert metrics["steps"] >= 1
     assert (tmp_path / "models" / "agent_sft" / "config.json").is_file()
+
+    proc = _stage("agent_grpo", params)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    metrics = json.loads((tmp_path / "models" / "agent_grpo_metrics.json").read_text())
+    assert metrics["steps"] == 1 and metrics["debug_tasks"] == 2 and metrics["questions"] == 1
+    assert len(metrics["history"]) == 1 and "reward_mean" in metrics["history"][0]
+    assert (tmp_path / "models" / "agent_grpo" / "config.json").is_file()
 
 
 def test_agent_sft_says_what_is_missing(tmp_path, synth_dir, tiny_model_dir):

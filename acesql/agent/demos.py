@@ -84,7 +84,7 @@ def _records(task: AgentTask, pool, tokenizer, max_turns, probes, final: str) ->
         for k, (thought, sql) in enumerate(probes[: max_turns - 1]):
             response = f"{thought} <sql>{sql}</sql>"
             records.append(_record(task, _render(tokenizer, messages), response))
-            observation = observe(view, sql, max_turns - k - 1)
+            observation, _ = observe(view, sql, max_turns - k - 1)
             messages = [
                 *messages,
                 {"role": "assistant", "content": response},

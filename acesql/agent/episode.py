@@ -30,6 +30,7 @@ from acesql.agent.observation import render_observation
 from acesql.models.engine import Completion, Engine
 from acesql.models.prompts import templates
 from acesql.sql.replicas import Lease, ReplicaPool
+from acesql.sql.sandbox import ExecResult
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Turn:
     completion: Completion
     action: Action
     observation: str | None  # what came back (None after a submission)
+    result: ExecResult | None = None  # the last statement's result of an <sql> action
 
 
 @dataclass
@@ -49,6 +51,8 @@ class Trajectory:
     passed: bool = False
     reward: float = 0.0
     verdict: str = ""  # the judge's reason
+    submitted_result: ExecResult | None = None  # what the submission's last statement gave
+    expected_result: ExecResult | None = None  # and the solution's (None when not a query)
 
     def to_dict(self) -> dict:
         return {
@@ -81,9 +85,17 @@ class AgentTask:
     def messages(self, max_turns: int) -> list[dict]:
         raise NotImplementedError
 
-    def score(self, submission: str, pool: ReplicaPool) -> tuple[bool, str]:
-        """(passed, reason) of a submission, judged on fresh views."""
+    def score(self, submission: str, pool: ReplicaPool) -> Score:
+        """The verdict on a submission, judged on fresh views."""
         raise NotImplementedError
+
+
+@dataclass
+class Score:
+    passed: bool
+    reason: str
+    got: ExecResult | None = None  # the submission's last result, for partial rewards
+    expected: ExecResult | None = None  # the reference result, when the task has one
 
 
 @dataclass
@@ -156,15 +168,15 @@ def _advance(episode: _Live, prompt: str, completion: Completion, turns_left: in
     text = close_action(completion.text)
     action = parse_action(text)
     wording = templates()["agent"]
-    observation = None
+    observation, result = None, None
     if action.kind == "submit":
         episode.trajectory.submission = action.sql
         episode.trajectory.finish = "submitted"
     elif action.kind == "sql":
-        observation = observe(episode.lease, action.sql, turns_left)
+        observation, result = observe(episode.lease, action.sql, turns_left)
     else:
         observation = wording["malformed"].format(turns_left=turns_left)
-    episode.trajectory.turns.append(Turn(prompt, completion, action, observation))
+    episode.trajectory.turns.append(Turn(prompt, completion, action, observation, result))
     if observation is not None:
         episode.messages += [
             {"role": "assistant", "content": text},
@@ -173,13 +185,15 @@ def _advance(episode: _Live, prompt: str, completion: Completion, turns_left: in
     return bool(episode.trajectory.finish)
 
 
-def observe(lease: Lease, sql: str, turns_left: int) -> str:
-    """Run an action's SQL on the trajectory's view; the user message that reports it."""
+def observe(lease: Lease, sql: str, turns_left: int) -> tuple[str, ExecResult | None]:
+    """Run an action's SQL on the trajectory's view: the user message that reports it, and
+    the last statement's result."""
     wording = templates()["agent"]
     results = lease.execute_script(sql)
-    result = render_observation(results[-1]) if results else "Error: empty SQL"
+    text = render_observation(results[-1]) if results else "Error: empty SQL"
     last_call = wording["last_call"] if turns_left == 1 else ""
-    return wording["observation"].format(result=result, turns_left=turns_left, last_call=last_call)
+    message = wording["observation"].format(result=text, turns_left=turns_left, last_call=last_call)
+    return message, (results[-1] if results else None)
 
 
 def _score(episode: _Live, pool: ReplicaPool) -> None:
@@ -187,9 +201,10 @@ def _score(episode: _Live, pool: ReplicaPool) -> None:
     if trajectory.submission is None:
         trajectory.verdict = "no submission"
         return
-    passed, reason = episode.task.score(trajectory.submission, pool)
-    trajectory.passed, trajectory.verdict = passed, reason
-    trajectory.reward = 1.0 if passed else 0.0
+    score = episode.task.score(trajectory.submission, pool)
+    trajectory.passed, trajectory.verdict = score.passed, score.reason
+    trajectory.submitted_result, trajectory.expected_result = score.got, score.expected
+    trajectory.reward = 1.0 if score.passed else 0.0
 
 
 def _render(tokenizer, messages: list[dict]) -> str:

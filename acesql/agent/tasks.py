@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from acesql.agent.episode import AgentTask
+from acesql.agent.episode import AgentTask, Score
 from acesql.data.loaders import Example
 from acesql.debug.judge import judge
 from acesql.debug.task import DebugTask
@@ -51,9 +51,12 @@ class DebugAgentTask(AgentTask):
         )
         return _opening(user)
 
-    def score(self, submission: str, pool: ReplicaPool) -> tuple[bool, str]:
+    def score(self, submission: str, pool: ReplicaPool) -> Score:
         verdict = judge(self.task, submission, pool)
-        return verdict.passed, verdict.reason
+        query = self.task.category == "query"
+        got = verdict.fix_results[-1] if query and verdict.fix_results else None
+        expected = verdict.solution_results[-1] if query and verdict.solution_results else None
+        return Score(verdict.passed, verdict.reason, got, expected)
 
 
 class QuestionAgentTask(AgentTask):
@@ -75,13 +78,13 @@ class QuestionAgentTask(AgentTask):
         )
         return _opening(user)
 
-    def score(self, submission: str, pool: ReplicaPool) -> tuple[bool, str]:
+    def score(self, submission: str, pool: ReplicaPool) -> Score:
         statements = split_statements(submission)
         if len(statements) != 1:
-            return False, f"submit exactly one query, got {len(statements)} statements"
+            return Score(False, f"submit exactly one query, got {len(statements)} statements")
         with pool.lease(self.db_path) as view:
             got = view.execute(statements[0])
         gold = execute(self.db_path, self.example.sql, timeout_s=self.timeout_s)
         ordered = has_order_by(self.example.sql)
         match = execution_match(got, gold, self.match_mode, ordered=ordered)
-        return match.match, match.reason
+        return Score(match.match, match.reason, got, gold)

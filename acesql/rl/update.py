@@ -122,6 +122,30 @@ class DualRoleUpdate:
             "generator/update_tokens": gen["tokens"],
         }
 
+    def single_role(self, seqs: list[ScoredSequence]) -> dict:
+        """One optimizer step on one role's sequences (no second role, no PCGrad): the
+        agent's update."""
+        self.optimizer.zero_grad(set_to_none=True)
+        stats = self.backward(seqs, 1.0)
+        stepped = any(p.grad is not None for p in self.params)
+        grad_norm = 0.0
+        if stepped:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip))
+            self.optimizer.step()
+        if self.scheduler is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {
+            "loss": stats["loss"],
+            "kl": stats["kl"],
+            "clip_fraction": stats["clip_fraction"],
+            "grad_norm": grad_norm,
+            "updated": float(stepped),
+            "update_tokens": stats["tokens"],
+        }
+
     def backward(self, seqs: list[ScoredSequence], weight: float) -> dict:
         """Back-propagate `weight` x the role's token-mean loss, piece by piece.
 

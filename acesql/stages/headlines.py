@@ -41,6 +41,7 @@ HEADLINES = {
         "train_seconds",
     ),
     "agent_sft": ("records", "steps", "first_loss", "final_loss", "train_seconds"),
+    "agent_grpo": ("steps", "reward_mean_first5", "reward_mean_last5", "success_last5"),
     "evaluate": (
         "n",
         "pipeline_ex",
