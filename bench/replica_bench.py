@@ -20,7 +20,9 @@ What it measures
 
     Bytes are what the process read and wrote through system calls (`rchar` + `wchar` of
     /proc/self/io, page-cache hits included), from the first replica or copy made to the last
-    one removed or restored; wall time likewise. Every arm must observe exactly the same
+    one removed or restored; wall time likewise. The rollback arm's one-time copy of each
+    database is counted in its total, and also reported apart (BIRD-RL's Table 3 leaves it
+    out). Every arm must observe exactly the same
     results, turn by turn (exit status 1 otherwise): a trajectory that saw another's writes,
     or a restore that left a trace, shows up there.
 
@@ -186,13 +188,17 @@ def run_copy(work, scratch: Path):
 def run_rollback(work, scratch: Path):
     record = []
     with ReplicaPool(scratch / "pool", max_leases=max(len(g) for _, g in work)) as pool:
+        start = io_bytes()
+        for path in dict.fromkeys(p for p, _ in work):  # the one-time materialisation
+            pool.lease(path).release()
+        made_bytes = io_bytes() - start
         for path, group in work:
             leases = [pool.lease(path) for _ in group]
             runners = [lambda s, d=d: _from_result(d.execute(s)) for d in leases]
             record += _interleave(group, runners)
             for lease in leases:
                 lease.release()
-        stats = pool.stats.to_dict()
+        stats = {**pool.stats.to_dict(), "materialise_bytes": made_bytes}
     return record, stats
 
 
@@ -326,6 +332,11 @@ def main(argv=None) -> int:
             f"{name:<10} {n['bytes'] / rollouts / 1024:>14.1f} "
             f"{1000 * n['seconds'] / rollouts:>13.2f} {ratio:>13.1f}x"
         )
+    online = numbers["rollback"]["bytes"] - numbers["rollback"]["materialise_bytes"]
+    print(
+        f"rollback without the one-time materialisation (as BIRD-RL's Table 3 counts): "
+        f"{online / rollouts / 1024:.1f} KiB / rollout, {base / max(1, online):.1f}x"
+    )
     ratio = base / max(1, numbers["rollback"]["bytes"])
     verdict = "met" if ratio >= TARGET_RATIO else "missed"
     print(f"copy / rollback bytes: {ratio:.1f}x (target {TARGET_RATIO:g}x: {verdict})")
@@ -338,6 +349,7 @@ def main(argv=None) -> int:
         "turns": turns,
         "arms": numbers,
         "copy_over_rollback_bytes": round(ratio, 2),
+        "copy_over_rollback_online_bytes": round(base / max(1, online), 2),
         "same_observations": same,
         "args": vars(args),
     }

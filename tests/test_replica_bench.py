@@ -28,7 +28,8 @@ def test_a_small_run_observes_the_same_in_every_arm(tmp_path, capsys):
     assert summary["same_observations"] and summary["rollouts"] == 12
     assert summary["writing_rollouts"] > 0
     arms = summary["arms"]
-    assert arms["rollback"]["made"] == 2 and arms["rollback"]["leases"] == 12
+    assert arms["rollback"]["made"] == 2 and arms["rollback"]["leases"] == 12 + 2
+    assert 0 < arms["rollback"]["materialise_bytes"] < arms["rollback"]["bytes"]
     assert all(arms[name]["bytes"] > 0 for name in ("copy", "rollback", "backup", "pages"))
     assert not list(tmp_path.iterdir())  # the scratch folder is gone
 
