@@ -109,7 +109,7 @@ class AgentGrpoTrainer:
         tracker: Tracker | None = None,
         device: str | None = None,
     ):
-        from acesql.models.base_model import load_model, load_tokenizer
+        from acesql.models.base_model import load_policy, load_tokenizer
         from acesql.models.hf_engine import HFEngine
 
         if not tasks:
@@ -120,13 +120,7 @@ class AgentGrpoTrainer:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         torch.manual_seed(seed)
         self.tokenizer = load_tokenizer(model_dir)
-        self.model = load_model(model_dir, dtype="float32", device=str(self.device))
-        self.model.config.use_cache = False
-        self.model.train()
-        self.ref = None
-        if cfg.beta > 0:
-            self.ref = load_model(model_dir, dtype="float32", device=str(self.device)).eval()
-            self.ref.requires_grad_(False)
+        self.model, self.ref = load_policy(model_dir, str(self.device), cfg.beta > 0)
         trainable = train_top_layers(self.model, cfg.train_layers)
         self.optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate)
         self.update = DualRoleUpdate(

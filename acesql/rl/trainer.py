@@ -140,7 +140,7 @@ class GrpoTrainer:
         progress: bool = True,
         engine_factory: Callable | None = None,
     ):
-        from acesql.models.base_model import load_model, load_tokenizer
+        from acesql.models.base_model import load_policy, load_tokenizer
         from acesql.sql.batch_executor import BatchExecutor
 
         if not examples:
@@ -157,15 +157,9 @@ class GrpoTrainer:
         self.tokenizer = load_tokenizer(model_dir)
         self.prompts = PromptBuilder(self.tokenizer, reasoning, sample_values)
         self.schemas = SchemaCache(sample_values)
-        self.model = load_model(model_dir, dtype="float32", device=str(self.device))
-        if cfg.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
-        self.model.config.use_cache = False
-        self.model.train()
-        self.ref = None
-        if cfg.beta > 0:
-            self.ref = load_model(model_dir, dtype="float32", device=str(self.device)).eval()
-            self.ref.requires_grad_(False)
+        self.model, self.ref = load_policy(
+            model_dir, str(self.device), cfg.beta > 0, cfg.gradient_checkpointing
+        )
         self.steps = question_order(len(examples), cfg.questions_per_step, cfg.epochs, seed)
         if cfg.max_steps:
             self.steps = self.steps[: cfg.max_steps]
