@@ -210,6 +210,8 @@ def test_agent_evaluation_resumes_summarizes_and_compares(pool, school_db, tmp_p
     tasks[2].category = "query"
     tasks[2].solution_sql = ["SELECT COUNT(*) FROM course"]
     assert [t.task_id for t in spread(tasks, 2)] == ["t0", "t1"]  # one per database first
+    assert [t.task_id for t in spread(tasks, None)] == ["t0", "t1", "t2"]
+    assert [t.category for t in spread(tasks[::2], None)] == ["management", "query"]
     good = ScriptedEngine([["<submit>DELETE FROM course</submit>"]] * 2 + [["<submit>x</submit>"]])
     metrics = evaluate_agent(good, ChatTokenizer(), tasks, pool, tmp_path / "a", chunk=2)
     assert metrics["n"] == 3 and metrics["success"] == 2 / 3
