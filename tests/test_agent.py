@@ -219,6 +219,9 @@ def test_agent_evaluation_resumes_summarizes_and_compares(pool, school_db, tmp_p
     assert metrics["by_category"]["query"]["success"] == 0.0
     low, high = metrics["success_95"]
     assert 0 < low < 2 / 3 < high < 1
+    report = (tmp_path / "a" / "report.html").read_text()
+    assert "<img" in report and "<h3>query</h3>" in report
+    assert "<b>t2</b>" in report and "&lt;submit&gt;x" in report  # the failed one, shown
     again = evaluate_agent(good, ChatTokenizer(), tasks, pool, tmp_path / "a")
     assert again == metrics and len(good.calls) == 2  # resumed: no new generation
     bad = ScriptedEngine([["no idea"]] * 3)

@@ -7,7 +7,8 @@ comparison of two evaluations.
 
 One greedy trajectory per task. `out/rows.jsonl` gets one row per task as soon as its chunk
 ends (a killed evaluation resumes from them), `out/trajectories.jsonl` the whole
-trajectories, `out/metrics.json` the summary. Rates carry a 95% Wilson interval; a
+trajectories, `out/metrics.json` the summary, `out/report.html` the report
+(`acesql.agent.report`). Rates carry a 95% Wilson interval; a
 comparison is paired on the tasks both sides scored: B - A with a bootstrap interval and the
 exact McNemar p-value (`acesql.eval.paired`).
 """
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from acesql.agent.episode import run_episodes
+from acesql.agent.report import write_agent_report
 from acesql.agent.tasks import DebugAgentTask
 from acesql.debug.task import DebugTask
 from acesql.errors import DataError
@@ -89,8 +91,11 @@ def evaluate_agent(
                 full.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
                 short.write(json.dumps(_row(task, trajectory), ensure_ascii=False) + "\n")
     wanted = {t.task_id for t in tasks}
-    metrics = summarize([r for r in read_rows(out) if r["task_id"] in wanted])
+    rows = [r for r in read_rows(out) if r["task_id"] in wanted]
+    metrics = summarize(rows)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    trajectories = [json.loads(line) for line in trajectories_path.read_text().splitlines() if line]
+    write_agent_report(out / "report.html", metrics, rows, trajectories)
     return metrics
 
 
