@@ -469,9 +469,9 @@ class AgentSftSection(Section):
     questions, run for real on replicas), continuing from a trained model."""
 
     model: str = Field(
-        "models/grpo",
-        description="Model to continue from (models/grpo: one model for generation and "
-        "debugging, the seed's unified model).",
+        "models/reasoning_sft",
+        description="Model to continue from (the curriculum's previous stage; starting from "
+        "models/grpo makes one model for generation and debugging, the seed's unified model).",
     )
     max_tasks: int | None = Field(
         200, ge=1, description="Train debugging tasks used, spread over databases; null: all."
@@ -494,7 +494,9 @@ class AgentSftSection(Section):
 class AgentGrpoSection(Section):
     """The `agent_grpo` stage: agentic RL of the SQL agent (GRPO over whole trajectories)."""
 
-    model: str = Field("models/agent_sft", description="Model to continue from.")
+    model: str = Field(
+        "models/reasoning_grpo", description="Model to continue from (the previous stage's)."
+    )
     max_tasks: int | None = Field(
         200, ge=1, description="Train debugging tasks used, spread over databases; null: all."
     )
@@ -583,11 +585,21 @@ class Params(Section):
         default_factory=DebugDataSection, description="The debug_data stage."
     )
     rl_data: RlDataSection = Field(default_factory=RlDataSection, description="rl_data.")
+    reasoning_sft: AgentSftSection = Field(
+        default_factory=lambda: AgentSftSection(model="models/grpo", max_turns=1),
+        description="The agent curriculum's 1st stage: reasoning imitation (one turn).",
+    )
     agent_sft: AgentSftSection = Field(
-        default_factory=AgentSftSection, description="The agent_sft stage."
+        default_factory=AgentSftSection,
+        description="The agent curriculum's 2nd stage: tool-use imitation (several turns).",
+    )
+    reasoning_grpo: AgentGrpoSection = Field(
+        default_factory=lambda: AgentGrpoSection(model="models/agent_sft", max_turns=1),
+        description="The agent curriculum's 3rd stage: reasoning RL (one turn).",
     )
     agent_grpo: AgentGrpoSection = Field(
-        default_factory=AgentGrpoSection, description="The agent_grpo stage."
+        default_factory=AgentGrpoSection,
+        description="The agent curriculum's 4th stage: agentic RL (several turns).",
     )
     grpo: GrpoSection = Field(default_factory=GrpoSection, description="The grpo stage.")
     evaluate: EvaluateSection = Field(

@@ -76,7 +76,9 @@ STAGES = (
     "rl_data",
     "grpo",
     "evaluate",
+    "reasoning_sft",
     "agent_sft",
+    "reasoning_grpo",
     "agent_grpo",
 )
 # what a run does unless told otherwise: the agent's stages are asked for by name

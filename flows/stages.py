@@ -130,6 +130,16 @@ def evaluate_flow(
     reproduce("evaluate", evaluate, force, parent_run_id)
 
 
+@flow(name="acesql-reasoning_sft")
+def reasoning_sft_flow(
+    reasoning_sft: AgentSftSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+) -> None:
+    """The reasoning_sft stage: the agent curriculum's imitation in one turn."""
+    reproduce("reasoning_sft", reasoning_sft, force, parent_run_id)
+
+
 @flow(name="acesql-agent_sft")
 def agent_sft_flow(
     agent_sft: AgentSftSection | None = None,
@@ -138,6 +148,16 @@ def agent_sft_flow(
 ) -> None:
     """The agent_sft stage: imitation for the multi-turn SQL agent."""
     reproduce("agent_sft", agent_sft, force, parent_run_id)
+
+
+@flow(name="acesql-reasoning_grpo")
+def reasoning_grpo_flow(
+    reasoning_grpo: AgentGrpoSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+) -> None:
+    """The reasoning_grpo stage: the agent curriculum's RL in one turn."""
+    reproduce("reasoning_grpo", reasoning_grpo, force, parent_run_id)
 
 
 @flow(name="acesql-agent_grpo")
@@ -159,6 +179,8 @@ STAGE_FLOWS = {
     "rl_data": rl_data_flow,
     "grpo": grpo_flow,
     "evaluate": evaluate_flow,
+    "reasoning_sft": reasoning_sft_flow,
     "agent_sft": agent_sft_flow,
+    "reasoning_grpo": reasoning_grpo_flow,
     "agent_grpo": agent_grpo_flow,
 }

@@ -31,6 +31,8 @@ def _project(tmp_path, synth_dir, tiny_model_dir):
             "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
         },
         "debug_data": {"tasks_per_db": 4},
+        "reasoning_sft": {"model": str(tmp_path / "models" / "not-made-yet")},
+        "reasoning_grpo": {"model": str(tmp_path / "models" / "not-made-yet")},
         "agent_sft": {
             "model": str(tmp_path / "models" / "grpo"),
             "max_tasks": 3,
@@ -104,3 +106,11 @@ def test_agent_sft_says_what_is_missing(tmp_path, synth_dir, tiny_model_dir):
     params = _project(tmp_path, synth_dir, tiny_model_dir)
     proc = _stage("agent_sft", params)
     assert proc.returncode == 2 and "run the debug_data stage first" in proc.stderr
+
+
+def test_each_curriculum_stage_names_the_model_it_needs(tmp_path, synth_dir, tiny_model_dir):
+    params = _project(tmp_path, synth_dir, tiny_model_dir)
+    for name in ("reasoning_sft", "reasoning_grpo"):
+        proc = _stage(name, params)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert f"or set {name}.model" in proc.stderr

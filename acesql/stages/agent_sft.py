@@ -1,6 +1,11 @@
-"""The `agent_sft` stage: imitation for the multi-turn SQL agent.
+"""The `agent_sft` stage: tool-use imitation, the agent curriculum's 2nd stage.
 
     python -m acesql.stages.agent_sft [--params params.yaml]
+
+The curriculum (BIRD-RL's four stages): `reasoning_sft` (imitation in one turn: diagnose and
+submit) -> `agent_sft` (imitation over several turns: run, look, submit) -> `reasoning_grpo`
+(RL in one turn) -> `agent_grpo` (RL over whole trajectories). The imitation stages run this
+module's code with their own section (`reasoning_sft` has `max_turns: 1`).
 
 Reads `base` and `agent_sft`; `{data_dir}/debug/train.jsonl` (the debug_data stage),
 `{data_dir}/prepared/train.jsonl` (questions) and the model `agent_sft.model`. Builds
@@ -26,17 +31,16 @@ from acesql.errors import DataError
 from acesql.stages.common import run_stage, write_metrics
 
 
-def build_records(s: dict, tokenizer) -> tuple[list[dict], dict]:
+def build_records(base, cfg, tokenizer) -> tuple[list[dict], dict]:
     from acesql.agent.demos import debug_demonstration, question_demonstration
     from acesql.agent.evaluate import spread
     from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask
     from acesql.debug.task import read_tasks
     from acesql.sql.replicas import ReplicaPool
 
-    base, cfg = s["base"], s["agent_sft"]
     tasks = spread(read_tasks(base.data_dir / "debug" / "train.jsonl"), cfg.max_tasks)
     questions = read_prepared(base.data_dir / "prepared" / "train.jsonl")
-    rng = random.Random(f"{base.seed}:agent_sft")
+    rng = random.Random(f"{base.seed}:agent_sft:{cfg.max_turns}")
     rng.shuffle(questions)
     questions = questions[: round(cfg.question_ratio * len(tasks))]
     single = set(rng.sample(range(len(tasks)), round(cfg.single_turn_share * len(tasks))))
@@ -60,28 +64,33 @@ def build_records(s: dict, tokenizer) -> tuple[list[dict], dict]:
     return records, counts
 
 
-def work(s: dict, tracker) -> dict:
-    from acesql.models.base_model import load_tokenizer
-    from acesql.sft.trainer import train_sft
+def stage(name: str):
+    """The work of an imitation stage whose section and outputs are called `name`."""
 
-    base, cfg = s["base"], s["agent_sft"]
-    model = Path(cfg.model)
-    if not model.is_dir():
-        raise DataError(f"{model} not found: train it first, or set agent_sft.model")
-    records, counts = build_records(s, load_tokenizer(model))
-    summary = train_sft(
-        model, records, base.models_dir / "agent_sft", cfg.training, tracker, seed=base.seed
-    )
-    metrics = {**counts, **{k: v for k, v in summary.items() if k != "losses"}}
-    write_metrics(base.models_dir / "agent_sft_metrics.json", metrics)
-    tracker.log_metrics(
-        {f"agent_sft/{k}": v for k, v in metrics.items() if isinstance(v, int | float)}
-    )
-    return metrics
+    def work(s: dict, tracker) -> dict:
+        from acesql.models.base_model import load_tokenizer
+        from acesql.sft.trainer import train_sft
+
+        base, cfg = s["base"], s[name]
+        model = Path(cfg.model)
+        if not model.is_dir():
+            raise DataError(f"{model} not found: run the stage that makes it, or set {name}.model")
+        records, counts = build_records(base, cfg, load_tokenizer(model))
+        summary = train_sft(
+            model, records, base.models_dir / name, cfg.training, tracker, seed=base.seed
+        )
+        metrics = {**counts, **{k: v for k, v in summary.items() if k != "losses"}}
+        write_metrics(base.models_dir / f"{name}_metrics.json", metrics)
+        tracker.log_metrics(
+            {f"{name}/{k}": v for k, v in metrics.items() if isinstance(v, int | float)}
+        )
+        return metrics
+
+    return work
 
 
 def main(argv=None) -> None:
-    run_stage("agent_sft", __doc__, ("base", "agent_sft"), work, argv)
+    run_stage("agent_sft", __doc__, ("base", "agent_sft"), stage("agent_sft"), argv)
 
 
 if __name__ == "__main__":

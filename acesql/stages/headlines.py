@@ -40,7 +40,9 @@ HEADLINES = {
         "best_val_pipeline_ex",
         "train_seconds",
     ),
+    "reasoning_sft": ("records", "steps", "first_loss", "final_loss", "train_seconds"),
     "agent_sft": ("records", "steps", "first_loss", "final_loss", "train_seconds"),
+    "reasoning_grpo": ("steps", "reward_mean_first5", "reward_mean_last5", "success_last5"),
     "agent_grpo": ("steps", "reward_mean_first5", "reward_mean_last5", "success_last5"),
     "evaluate": (
         "n",
