@@ -39,17 +39,14 @@ def same_result(a: ExecResult, b: ExecResult, mode: str, ordered: bool = False) 
     return MATCH_MODES[mode](a.rows, b.rows, ordered) is None
 
 
-def majority_vote(sqls: list[str], results: list[ExecResult], mode: str) -> Vote:
-    """Pick the SQL whose execution result most candidates share.
+def group_results(sqls: list[str], results: list[ExecResult], mode: str) -> list[list[int]]:
+    """Indices of the candidates grouped by execution result under `mode`, groups in the
+    order their first member was sampled; SQL that failed, timed out or was truncated is in
+    no group.
 
     >>> ok = lambda v: ExecResult(ok=True, rows=[(v,)])
-    >>> bad = ExecResult(ok=False, error="no such column")
-    >>> majority_vote(["a", "b", "c", "d"], [ok(1), ok(2), ok(2), bad], "multiset")
-    Vote(winner=1, votes=2, valid=3, groups=2)
-    >>> majority_vote(["a", "b"], [ok(1), ok(2)], "multiset").winner  # a tie: sampled first wins
-    0
-    >>> majority_vote(["x"], [bad], "multiset").winner is None
-    True
+    >>> group_results(["a", "b", "c", ""], [ok(1), ok(2), ok(1), ok(1)], "multiset")
+    [[0, 2], [1]]
     """
     if len(sqls) != len(results):
         raise ValueError(f"{len(sqls)} SQLs but {len(results)} results")
@@ -65,8 +62,23 @@ def majority_vote(sqls: list[str], results: list[ExecResult], mode: str) -> Vote
                 break
         else:
             groups.append([i])
-    valid = sum(len(g) for g in groups)
+    return groups
+
+
+def majority_vote(sqls: list[str], results: list[ExecResult], mode: str) -> Vote:
+    """Pick the SQL whose execution result most candidates share.
+
+    >>> ok = lambda v: ExecResult(ok=True, rows=[(v,)])
+    >>> bad = ExecResult(ok=False, error="no such column")
+    >>> majority_vote(["a", "b", "c", "d"], [ok(1), ok(2), ok(2), bad], "multiset")
+    Vote(winner=1, votes=2, valid=3, groups=2)
+    >>> majority_vote(["a", "b"], [ok(1), ok(2)], "multiset").winner  # a tie: sampled first wins
+    0
+    >>> majority_vote(["x"], [bad], "multiset").winner is None
+    True
+    """
+    groups = group_results(sqls, results, mode)
     if not groups:
         return Vote(None, 0, 0, 0)
     best = max(groups, key=lambda g: (len(g), -g[0]))
-    return Vote(best[0], len(best), valid, len(groups))
+    return Vote(best[0], len(best), sum(len(g) for g in groups), len(groups))

@@ -1,0 +1,145 @@
+"""The ranker role's judgments, scored from the next token's probabilities, not sampled text.
+
+    judge = LetterJudge(model, tokenizer)
+    p = judge.pairwise(context, a, b)   # P(a is the right one of a and b), both orders averaged
+    q = judge.pointwise(context, a)     # P(a is right)
+
+The prompts are `templates/prompts.yaml`'s `ranker` section, rendered with the model's chat
+template; the answer is read as the probability mass of the letter tokens (`A` / `B`, `Yes` /
+`No`) at the first answer position, renormalised over those letters. A pair is asked in both
+orders and averaged, which cancels the judge's preference for a position; judgments are
+cached by the SQL texts, so a pair or a candidate is never judged twice for one question.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from acesql.agent.observation import render_observation
+from acesql.models.prompts import templates
+from acesql.sql.sandbox import ExecResult
+
+PREVIEW_ROWS = 5
+
+
+@dataclass(frozen=True)
+class Candidate:
+    sql: str
+    result: ExecResult
+
+
+@dataclass(frozen=True)
+class Context:
+    question: str
+    schema: str  # the schema text the generator saw
+    evidence: str = ""
+
+
+class LetterJudge:
+    """Pairwise and pointwise judgments of one model (a torch causal LM and its tokenizer)."""
+
+    def __init__(self, model, tokenizer, batch_size: int = 8):
+        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+        self.letters = {
+            "pair": [self._token(t) for t in ("A", "B")],
+            "point": [self._token(t) for t in ("Yes", "No")],
+        }
+        self._pairs: dict[tuple, float] = {}
+        self._points: dict[tuple, float] = {}
+        self.calls = 0  # prompts scored (each pair costs two)
+
+    def pairwise(self, context: Context, a: Candidate, b: Candidate) -> float:
+        return self.pairwise_many(context, [(a, b)])[0]
+
+    def pointwise(self, context: Context, c: Candidate) -> float:
+        return self.pointwise_many(context, [c])[0]
+
+    def pairwise_many(
+        self, context: Context, pairs: list[tuple[Candidate, Candidate]]
+    ) -> list[float]:
+        """P(first is right) for each pair, both orders averaged (one batch for the new ones)."""
+        keys = [(context.question, a.sql, b.sql) for a, b in pairs]
+        todo = [(k, a, b) for k, (a, b) in zip(keys, pairs) if k not in self._pairs]
+        prompts = []
+        for _, a, b in todo:
+            prompts += [self._pair_prompt(context, a, b), self._pair_prompt(context, b, a)]
+        probs = self._first_letter(prompts, self.letters["pair"])
+        for n, (key, _, _) in enumerate(todo):
+            forward, backward = probs[2 * n], probs[2 * n + 1]
+            self._pairs[key] = 0.5 * (forward + (1.0 - backward))
+        return [self._pairs[k] for k in keys]
+
+    def pointwise_many(self, context: Context, candidates: list[Candidate]) -> list[float]:
+        keys = [(context.question, c.sql) for c in candidates]
+        todo = [(k, c) for k, c in zip(keys, candidates) if k not in self._points]
+        probs = self._first_letter(
+            [self._point_prompt(context, c) for _, c in todo], self.letters["point"]
+        )
+        for (key, _), p in zip(todo, probs):
+            self._points[key] = p
+        return [self._points[k] for k in keys]
+
+    # ------------------------------------------------------------------ internals
+    def _token(self, text: str) -> int:
+        ids = self.tokenizer(text, add_special_tokens=False).input_ids
+        return ids[0]
+
+    def _chat(self, user: str) -> str:
+        messages = [
+            {"role": "system", "content": templates()["ranker"]["system"]},
+            {"role": "user", "content": user},
+        ]
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+
+    def _pair_prompt(self, context: Context, a: Candidate, b: Candidate) -> str:
+        user = templates()["ranker"]["pairwise"].format(
+            schema=context.schema,
+            question=context.question,
+            hint=_hint(context),
+            sql_a=a.sql,
+            result_a=render_observation(a.result, max_rows=PREVIEW_ROWS),
+            sql_b=b.sql,
+            result_b=render_observation(b.result, max_rows=PREVIEW_ROWS),
+        )
+        return self._chat(user)
+
+    def _point_prompt(self, context: Context, c: Candidate) -> str:
+        user = templates()["ranker"]["pointwise"].format(
+            schema=context.schema,
+            question=context.question,
+            hint=_hint(context),
+            sql=c.sql,
+            result=render_observation(c.result, max_rows=PREVIEW_ROWS),
+        )
+        return self._chat(user)
+
+    @torch.no_grad()
+    def _first_letter(self, prompts: list[str], letters: list[int]) -> list[float]:
+        """The probability of the first letter among `letters` at each prompt's next token."""
+        out = []
+        device = next(self.model.parameters()).device
+        side = self.tokenizer.padding_side
+        self.tokenizer.padding_side = "left"
+        try:
+            for start in range(0, len(prompts), self.batch_size):
+                chunk = prompts[start : start + self.batch_size]
+                enc = self.tokenizer(
+                    chunk, return_tensors="pt", padding=True, add_special_tokens=False
+                )
+                logits = self.model(
+                    input_ids=enc.input_ids.to(device), attention_mask=enc.attention_mask.to(device)
+                ).logits[:, -1, :]
+                picked = torch.log_softmax(logits.float(), dim=-1)[:, letters]
+                out += torch.softmax(picked, dim=-1)[:, 0].tolist()
+                self.calls += len(chunk)
+        finally:
+            self.tokenizer.padding_side = side
+        return out
+
+
+def _hint(context: Context) -> str:
+    return f"\nHint: {context.evidence.strip()}" if context.evidence.strip() else ""

@@ -1,0 +1,55 @@
+"""R3-style selection among n candidates: group by execution result, rank the groups, answer
+with the best member of the top group.
+
+    choice = select_groupwise(context, sqls, results, judge, mode="multiset")
+    choice.sql, choice.ranked, choice.judged_pairs
+
+Failed SQL forms no group; empty results form their own group, flagged (`empty`), since an
+empty answer is often a wrong filter. Only group representatives are compared pairwise (one
+judgment per pair of groups, both orders), every member is scored pointwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from acesql.eval.majority import group_results
+from acesql.ranking.judge import Candidate, Context
+from acesql.ranking.rank import GroupScore, rank_groups
+from acesql.sql.sandbox import ExecResult
+
+
+@dataclass
+class Choice:
+    sql: str | None  # None when no candidate executed
+    index: int | None
+    ranked: list[GroupScore] = field(default_factory=list)
+    empty: list[bool] = field(default_factory=list)  # per ranked group: its result has no rows
+    judged_pairs: int = 0
+
+
+def select_groupwise(
+    context: Context,
+    sqls: list[str],
+    results: list[ExecResult],
+    judge,
+    mode: str = "multiset",
+    tau: float = 0.05,
+) -> Choice:
+    """The chosen candidate (see the module doc); `judge` has `pairwise_many` and
+    `pointwise_many` (`acesql.ranking.judge.LetterJudge`)."""
+    groups = group_results(sqls, results, mode)
+    if not groups:
+        return Choice(None, None)
+    candidates = [Candidate(sql, result) for sql, result in zip(sqls, results)]
+    reps = [g[0] for g in groups]
+    pairs = [(a, b) for i, a in enumerate(reps) for b in reps[i + 1 :]]
+    preference = dict(
+        zip(pairs, judge.pairwise_many(context, [(candidates[a], candidates[b]) for a, b in pairs]))
+    )
+    members = [i for g in groups for i in g]
+    points = dict(zip(members, judge.pointwise_many(context, [candidates[i] for i in members])))
+    ranked = rank_groups(groups, lambda a, b: preference[(a, b)], points.__getitem__, tau)
+    top = ranked[0].best
+    empty = [not results[g.members[0]].rows for g in ranked]
+    return Choice(sqls[top], top, ranked, empty, len(pairs))
