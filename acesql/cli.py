@@ -8,6 +8,7 @@ acesql evaluate-sql --dataset DIR --format spider --predictions FILE --mode spid
 acesql eval --model DIR --dataset DIR --format spider --limit 100 --out results/spider-dev
 acesql eval --compare results/dev-sft results/dev-grpo
 acesql debug judge --tasks data/debug/dev.jsonl --id shop_0001/3 --fix "UPDATE ..."
+acesql ask --model models/grpo --db shop.sqlite "Which customer spent most?"
 acesql run                       # the main job (see `acesql run --help`)
 """
 
@@ -718,6 +719,83 @@ def remote_setup(url, endpoint_url, name, repo, params_path):
         base = load_section(params_path, "base")
         url, endpoint_url = base.dvc_remote, endpoint_url or base.s3_endpoint_url
     _print(setup_remote(repo, remote_url(url), resolve_endpoint(endpoint_url), name))
+
+
+# ------------------------------------------------------------------------ ask
+@cli.command("ask")
+@click.option("--model", required=True, type=click.Path(exists=True), help="Model folder.")
+@click.option("--db", "db", required=True, type=click.Path(), help="Any SQLite file (read only).")
+@click.option("--n", "n", default=8, show_default=True, type=COUNT, help="Generator candidates.")
+@click.option(
+    "--selection", type=click.Choice(["greedy", "maj", "r3"]), default="r3", show_default=True
+)
+@click.option("--mode", type=MODES, default="multiset", show_default=True, help="Result equality.")
+@click.option("--sample-values", default=0, show_default=True, type=NON_NEGATIVE)
+@click.option("--max-new-tokens", default=256, show_default=True, type=COUNT)
+@click.option("--max-rows", default=20, show_default=True, type=COUNT, help="Rows shown.")
+@click.option("--explain", is_flag=True, help="Also the candidates, their groups and scores.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
+@click.argument("question")
+def ask_command(
+    model,
+    db,
+    n,
+    selection,
+    mode,
+    sample_values,
+    max_new_tokens,
+    max_rows,
+    explain,
+    as_json,
+    question,
+):
+    """Answer QUESTION on the SQLite file DB with the trained pipeline: retriever, generator x N,
+    sandboxed execution, selection; print the chosen SQL and its rows (exit 1: no answer)."""
+    from acesql.agent.observation import render_observation
+    from acesql.models.engine import load_engine
+    from acesql.models.prompts import PromptBuilder
+    from acesql.ranking.ask import ask, open_schema
+
+    open_schema(db)  # a missing or foreign file fails before the model loads
+    engine = load_engine("transformers", model, progress=False)
+    try:
+        prompts = PromptBuilder(engine.tokenizer, False, sample_values)
+        answer = ask(
+            engine,
+            prompts,
+            db,
+            question,
+            n=n,
+            selection=selection,
+            mode=mode,
+            max_new_tokens=max_new_tokens,
+        )
+    finally:
+        engine.close()
+    if as_json:
+        _print(
+            {
+                "sql": answer.sql,
+                "result": answer.result.to_dict() if answer.result else None,
+                "columns": answer.columns,
+                **({"candidates": answer.candidates, "groups": answer.groups} if explain else {}),
+            }
+        )
+    else:
+        if explain:
+            click.echo(f"retrieved columns: {', '.join(answer.columns) or '(none)'}")
+            for i, (sql, result) in enumerate(zip(answer.candidates, answer.results)):
+                state = "ok" if result.ok else f"error: {result.error}"
+                click.echo(f"candidate {i} [{state}]: {sql or '(no SQL)'}")
+            for rank, group in enumerate(answer.groups, 1):
+                click.echo(f"group {rank}: {_json(group)}")
+        if answer.sql is None:
+            click.echo("no answer: none of the candidate queries ran", err=True)
+        else:
+            click.echo(answer.sql)
+            click.echo(render_observation(answer.result, max_rows=max_rows))
+    if answer.sql is None:
+        sys.exit(1)
 
 
 # ---------------------------------------------------------------------- debug

@@ -76,3 +76,71 @@ def test_the_letter_judge_is_symmetric_bounded_and_cached(tiny_model_dir):
     calls = judge.calls
     assert judge.pairwise_many(context, [(a, b), (b, a)]) == [ab, ba]
     assert judge.pointwise(context, a) == point and judge.calls == calls  # from the cache
+
+
+class AskEngine:
+    """A retriever that names one column, a generator whose samples are given."""
+
+    def __init__(self, greedy: str, samples: list[str]):
+        self.greedy, self.samples = greedy, samples
+
+    def generate(self, prompts, n=1, temperature=1.0, **options):
+        from acesql.models.engine import Completion
+
+        (prompt,) = prompts
+        if "list the columns" in prompt or "Which columns" in prompt:
+            texts = ["```\n[student.name]\n```"]
+        elif temperature == 0:
+            texts = [f"```sql\n{self.greedy}\n```"]
+        else:
+            texts = [f"```sql\n{s}\n```" for s in self.samples[:n]]
+        return [[Completion(t) for t in texts]]
+
+
+class ChatTokenizer:
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **kw):
+        return "\n".join(m["content"] for m in messages)
+
+
+def test_ask_selects_by_majority_and_greedy(school_db):
+    from acesql.models.prompts import PromptBuilder
+    from acesql.ranking.ask import ask
+
+    prompts = PromptBuilder(ChatTokenizer())
+    engine = AskEngine(
+        "SELECT COUNT(*) FROM course",
+        ["SELECT COUNT(*) FROM student", "SELECT COUNT(StudentID) FROM student", "SELECT nope"],
+    )
+    question = "How many students are there?"
+    greedy = ask(engine, prompts, school_db, question, n=4, selection="greedy")
+    assert greedy.sql == "SELECT COUNT(*) FROM course" and greedy.columns == ["student.name"]
+    voted = ask(engine, prompts, school_db, question, n=4, selection="maj")
+    assert voted.sql == "SELECT COUNT(*) FROM student" and voted.result.rows == [(60,)]
+    assert [g["size"] for g in voted.groups] == [1, 2]  # the failed candidate is in no group
+
+
+def test_ask_command_is_read_only_and_says_what_is_wrong(school_db, tiny_model_dir, tmp_path):
+    import hashlib
+    import sqlite3
+    import subprocess
+    import sys
+
+    def run(*args):
+        argv = [sys.executable, "-m", "acesql.cli", "ask", "--model", str(tiny_model_dir), *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+    before = hashlib.sha256(school_db.read_bytes()).hexdigest()
+    result = run(
+        "--db", str(school_db), "--n", "3", "--max-new-tokens", "8", "--explain", "How many?"
+    )
+    assert result.returncode in (0, 1), result.stderr[-2000:]
+    assert "candidate 0" in result.stdout  # --explain lists what was generated
+    assert hashlib.sha256(school_db.read_bytes()).hexdigest() == before
+    missing = run("--db", str(tmp_path / "nope.sqlite"), "x")
+    assert missing.returncode == 2 and "no such database file" in missing.stderr
+    text = tmp_path / "notes.sqlite"
+    text.write_text("not a database at all")
+    assert "is not a SQLite database" in run("--db", str(text), "x").stderr
+    empty = tmp_path / "empty.sqlite"
+    sqlite3.connect(empty).execute("PRAGMA user_version = 1").connection.close()
+    assert "has no tables" in run("--db", str(empty), "x").stderr
