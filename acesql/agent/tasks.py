@@ -6,12 +6,15 @@ message holding the schema (without sample values: the agent can look at the dat
 
 from __future__ import annotations
 
+import random
 from functools import cache
+from pathlib import Path
 
 from acesql.agent.episode import AgentTask, Score
-from acesql.data.loaders import Example
+from acesql.data.loaders import Example, read_prepared
 from acesql.debug.judge import judge
-from acesql.debug.task import DebugTask
+from acesql.debug.task import DebugTask, read_tasks
+from acesql.errors import DataError
 from acesql.models.prompts import templates
 from acesql.sql.columns import has_order_by
 from acesql.sql.matching import execution_match
@@ -88,3 +91,23 @@ class QuestionAgentTask(AgentTask):
         ordered = has_order_by(self.example.sql)
         match = execution_match(got, gold, self.match_mode, ordered=ordered)
         return Score(match.match, match.reason, got, gold)
+
+
+def require_model(cfg, name: str) -> Path:
+    """A curriculum stage's starting model folder, or DataError naming the fix."""
+    model = Path(cfg.model)
+    if not model.is_dir():
+        raise DataError(f"{model} not found: run the stage that makes it, or set {name}.model")
+    return model
+
+
+def training_mix(data_dir: Path, cfg, seed: str) -> tuple[list, list, random.Random]:
+    """A curriculum stage's data: `cfg.max_tasks` train debugging tasks spread over
+    databases, `cfg.question_ratio` train questions per task, and the stage's seeded rng."""
+    from acesql.agent.evaluate import spread
+
+    tasks = spread(read_tasks(Path(data_dir) / "debug" / "train.jsonl"), cfg.max_tasks)
+    questions = read_prepared(Path(data_dir) / "prepared" / "train.jsonl")
+    rng = random.Random(seed)
+    rng.shuffle(questions)
+    return tasks, questions[: round(cfg.question_ratio * len(tasks))], rng

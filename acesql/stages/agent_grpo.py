@@ -14,14 +14,10 @@ turns per step), also logged to MLflow.
 
 from __future__ import annotations
 
-import random
 import tempfile
-from pathlib import Path
 
 from tqdm import tqdm
 
-from acesql.data.loaders import read_prepared
-from acesql.errors import DataError
 from acesql.stages.common import run_stage, write_metrics
 
 
@@ -29,23 +25,19 @@ def stage(name: str):
     """The work of an RL stage whose section and outputs are called `name`."""
 
     def work(s: dict, tracker) -> dict:
-        from acesql.agent.evaluate import spread
-        from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask
+        from acesql.agent.tasks import (
+            DebugAgentTask,
+            QuestionAgentTask,
+            require_model,
+            training_mix,
+        )
         from acesql.agent.trainer import AgentGrpoTrainer
-        from acesql.debug.task import read_tasks
         from acesql.sql.replicas import ReplicaPool
 
         base, cfg = s["base"], s[name]
-        model = Path(cfg.model)
-        if not model.is_dir():
-            raise DataError(f"{model} not found: run the stage that makes it, or set {name}.model")
-        debug = spread(read_tasks(base.data_dir / "debug" / "train.jsonl"), cfg.max_tasks)
-        questions = read_prepared(base.data_dir / "prepared" / "train.jsonl")
-        rng = random.Random(f"{base.seed}:{name}")
-        rng.shuffle(questions)
-        tasks = [DebugAgentTask(t) for t in debug]
-        n_questions = round(cfg.question_ratio * len(debug))
-        tasks += [QuestionAgentTask(e) for e in questions[:n_questions]]
+        model = require_model(cfg, name)
+        debug, questions, _ = training_mix(base.data_dir, cfg, f"{base.seed}:{name}")
+        tasks = [DebugAgentTask(t) for t in debug] + [QuestionAgentTask(e) for e in questions]
         with (
             tempfile.TemporaryDirectory(prefix="acesql-replicas-") as scratch,
             ReplicaPool(scratch, timeout_s=cfg.timeout_s) as pool,

@@ -20,29 +20,19 @@ per turn; observations are in the prompt, never in the loss. Trains with `traini
 
 from __future__ import annotations
 
-import random
 import tempfile
-from pathlib import Path
 
 from tqdm import tqdm
 
-from acesql.data.loaders import read_prepared
-from acesql.errors import DataError
 from acesql.stages.common import run_stage, write_metrics
 
 
-def build_records(base, cfg, tokenizer) -> tuple[list[dict], dict]:
+def build_records(base, cfg, tokenizer, name: str) -> tuple[list[dict], dict]:
     from acesql.agent.demos import debug_demonstration, question_demonstration
-    from acesql.agent.evaluate import spread
-    from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask
-    from acesql.debug.task import read_tasks
+    from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask, training_mix
     from acesql.sql.replicas import ReplicaPool
 
-    tasks = spread(read_tasks(base.data_dir / "debug" / "train.jsonl"), cfg.max_tasks)
-    questions = read_prepared(base.data_dir / "prepared" / "train.jsonl")
-    rng = random.Random(f"{base.seed}:agent_sft:{cfg.max_turns}")
-    rng.shuffle(questions)
-    questions = questions[: round(cfg.question_ratio * len(tasks))]
+    tasks, questions, rng = training_mix(base.data_dir, cfg, f"{base.seed}:{name}")
     single = set(rng.sample(range(len(tasks)), round(cfg.single_turn_share * len(tasks))))
     records, counts = [], {"debug_tasks": len(tasks), "single_turn": len(single)}
     with (
@@ -68,14 +58,13 @@ def stage(name: str):
     """The work of an imitation stage whose section and outputs are called `name`."""
 
     def work(s: dict, tracker) -> dict:
+        from acesql.agent.tasks import require_model
         from acesql.models.base_model import load_tokenizer
         from acesql.sft.trainer import train_sft
 
         base, cfg = s["base"], s[name]
-        model = Path(cfg.model)
-        if not model.is_dir():
-            raise DataError(f"{model} not found: run the stage that makes it, or set {name}.model")
-        records, counts = build_records(base, cfg, load_tokenizer(model))
+        model = require_model(cfg, name)
+        records, counts = build_records(base, cfg, load_tokenizer(model), name)
         summary = train_sft(
             model, records, base.models_dir / name, cfg.training, tracker, seed=base.seed
         )
