@@ -31,7 +31,11 @@ def test_preference_orders_groups_ties_split_and_utility_breaks_ties():
 
 class RecordingJudge:
     def __init__(self, right: set[str]):
-        self.right, self.pairs = right, []
+        self.right, self.pairs, self.audits = right, [], []
+
+    def audit(self, context, groups):
+        self.audits.append([[c.sql for c in g] for g in groups])
+        return 0.9 if any(c.sql in self.right for g in groups for c in g) else 0.1
 
     def pairwise_many(self, context, pairs):
         self.pairs += [(a.sql, b.sql) for a, b in pairs]
@@ -144,3 +148,38 @@ def test_ask_command_is_read_only_and_says_what_is_wrong(school_db, tiny_model_d
     empty = tmp_path / "empty.sqlite"
     sqlite3.connect(empty).execute("PRAGMA user_version = 1").connection.close()
     assert "has no tables" in run("--db", str(empty), "x").stderr
+
+
+def test_resampling_fires_only_when_the_auditor_finds_nothing_right():
+    from acesql.ranking.select import select_with_resampling
+
+    context = Context("?", "schema")
+    drawn = []
+
+    def resample(m):
+        drawn.append(m)
+        return ["r1", "r2", "good", "r3"][:m], [ok((7,)), ok((8,)), ok((5,)), ok((9,))][:m]
+
+    judge = RecordingJudge(right={"good"})
+    sqls, results = ["a", "b"], [ok((1,)), ok((2,))]
+    out = select_with_resampling(context, sqls, results, judge, resample, m=4)
+    assert out.fired and out.generated == 6 and drawn == [4]
+    assert out.choice.sql == "good" and out.choice.index == 4  # old 0-1, new 2-5
+    assert judge.audits[0] == [["a"], ["b"]]
+    judge = RecordingJudge(right={"b"})
+    out = select_with_resampling(context, sqls, results, judge, resample, m=4)
+    assert not out.fired and out.generated == 2 and drawn == [4]
+    assert out.choice.sql == "b"
+
+
+def test_the_auditor_reads_the_pool_with_its_sanity_notes(tiny_model_dir):
+    from acesql.models.base_model import load_model, load_tokenizer
+
+    judge = LetterJudge(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir))
+    empty = ExecResult(ok=True, columns=["v"], rows=[])
+    nulls = ExecResult(ok=True, columns=["v"], rows=[(None,), (None,)])
+    groups = [[Candidate("SELECT 1", empty)], [Candidate("SELECT 2", nulls)]]
+    seen = []
+    judge._first_letter = lambda prompts, letters: seen.extend(prompts) or [0.25]
+    assert judge.audit(Context("?", "t(v)"), groups) == 0.25
+    assert "returned no rows" in seen[0] and "only NULL in v" in seen[0]

@@ -3,6 +3,7 @@
     judge = LetterJudge(model, tokenizer)
     p = judge.pairwise(context, a, b)   # P(a is the right one of a and b), both orders averaged
     q = judge.pointwise(context, a)     # P(a is right)
+    r = judge.audit(context, groups)    # P(a likely-correct SQL is in the pool)
 
 The prompts are `templates/prompts.yaml`'s `ranker` section, rendered with the model's chat
 template; the answer is read as the probability mass of the letter tokens (`A` / `B`, `Yes` /
@@ -80,6 +81,36 @@ class LetterJudge:
         for (key, _), p in zip(todo, probs):
             self._points[key] = p
         return [self._points[k] for k in keys]
+
+    def audit(self, context: Context, groups: list[list[Candidate]]) -> float:
+        """P(a likely-correct SQL is among `groups`), from the auditor prompt: each group's
+        SQL and row preview, with the execution sanity a reader needs (errors are left
+        out by grouping; empty results and NULL-only columns are said)."""
+        lines = []
+        for k, group in enumerate(groups, 1):
+            first = group[0]
+            notes = []
+            if not first.result.rows:
+                notes.append("returned no rows")
+            null_columns = [
+                name
+                for i, name in enumerate(first.result.columns)
+                if first.result.rows and all(row[i] is None for row in first.result.rows)
+            ]
+            if null_columns:
+                notes.append(f"only NULL in {', '.join(null_columns)}")
+            note = f" ({'; '.join(notes)})" if notes else ""
+            preview = render_observation(first.result, max_rows=PREVIEW_ROWS)
+            lines.append(
+                f"Group {k}: {len(group)} candidate(s){note}\n```sql\n{first.sql}\n```\n{preview}"
+            )
+        user = templates()["ranker"]["auditor"].format(
+            schema=context.schema,
+            question=context.question,
+            hint=_hint(context),
+            pool="\n\n".join(lines),
+        )
+        return self._first_letter([self._chat(user)], self.letters["point"])[0]
 
     # ------------------------------------------------------------------ internals
     def _token(self, text: str) -> int:

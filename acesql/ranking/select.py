@@ -53,3 +53,53 @@ def select_groupwise(
     top = ranked[0].best
     empty = [not results[g.members[0]].rows for g in ranked]
     return Choice(sqls[top], top, ranked, empty, len(pairs))
+
+
+@dataclass
+class Resampled:
+    choice: Choice
+    fired: bool  # the auditor found no likely-correct SQL and new candidates were drawn
+    audit: float  # the auditor's P(yes) on the first pool
+    generated: int  # candidates generated in all (n, or n + m when it fired)
+
+
+def select_with_resampling(
+    context: Context,
+    sqls: list[str],
+    results: list[ExecResult],
+    judge,
+    resample,
+    m: int,
+    threshold: float = 0.5,
+    mode: str = "multiset",
+    tau: float = 0.05,
+) -> Resampled:
+    """Groupwise selection with agentic resampling.
+
+    The auditor reads the pool (`judge.audit`); when P(a likely-correct SQL is present) is
+    under `threshold`, `resample(m)` draws m new candidates (sqls, results), the n old and m
+    new are scored pointwise, the n best are kept and ranked again. `m` should exceed n.
+    `choice.index` counts the old candidates then the new; the ranked groups' members
+    count the kept ones.
+    """
+    n = len(sqls)
+    groups = group_results(sqls, results, mode)
+    pool = [[Candidate(sqls[i], results[i]) for i in g] for g in groups]
+    audit = judge.audit(context, pool) if pool else 0.0
+    if audit >= threshold:
+        return Resampled(
+            select_groupwise(context, sqls, results, judge, mode, tau), False, audit, n
+        )
+    new_sqls, new_results = resample(m)
+    all_sqls, all_results = [*sqls, *new_sqls], [*results, *new_results]
+    runnable = [i for i, r in enumerate(all_results) if all_sqls[i] and r.ok and not r.truncated]
+    scores = judge.pointwise_many(
+        context, [Candidate(all_sqls[i], all_results[i]) for i in runnable]
+    )
+    keep = [i for _, i in sorted(zip(scores, runnable), key=lambda x: (-x[0], x[1]))[:n]]
+    keep.sort()
+    kept_sqls, kept_results = [all_sqls[i] for i in keep], [all_results[i] for i in keep]
+    choice = select_groupwise(context, kept_sqls, kept_results, judge, mode, tau)
+    if choice.index is not None:
+        choice.index = keep[choice.index]
+    return Resampled(choice, True, audit, n + m)
