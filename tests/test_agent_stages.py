@@ -62,7 +62,7 @@ def _stage(name, params):
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,
+        timeout=280,
     )
 
 
@@ -83,6 +83,7 @@ def test_debug_data_stage(tmp_path, synth_dir, tiny_model_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # two training stages in subprocesses
 def test_agent_sft_stage_trains_on_demonstrations(tmp_path, synth_dir, tiny_model_dir):
     params = _debug_data(tmp_path, synth_dir, tiny_model_dir)
     proc = _stage("agent_sft", params)

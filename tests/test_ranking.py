@@ -131,7 +131,7 @@ def test_ask_command_is_read_only_and_says_what_is_wrong(school_db, tiny_model_d
 
     def run(*args):
         argv = [sys.executable, "-m", "acesql.cli", "ask", "--model", str(tiny_model_dir), *args]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
     before = hashlib.sha256(school_db.read_bytes()).hexdigest()
     result = run(
