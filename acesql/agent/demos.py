@@ -13,7 +13,7 @@ The diagnosis sentences (`DIAGNOSES`) are the reasoning part: one per bug of
 
 from __future__ import annotations
 
-from acesql.agent.episode import AgentTask, _render, observe
+from acesql.agent.episode import AgentTask, observe, render_chat
 from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask
 from acesql.sql.replicas import ReplicaPool
 
@@ -83,14 +83,14 @@ def _records(task: AgentTask, pool, tokenizer, max_turns, probes, final: str) ->
             view.execute(sql)
         for k, (thought, sql) in enumerate(probes[: max_turns - 1]):
             response = f"{thought} <sql>{sql}</sql>"
-            records.append(_record(task, _render(tokenizer, messages), response))
+            records.append(_record(task, render_chat(tokenizer, messages), response))
             observation, _ = observe(view, sql, max_turns - k - 1)
             messages = [
                 *messages,
                 {"role": "assistant", "content": response},
                 {"role": "user", "content": observation},
             ]
-    records.append(_record(task, _render(tokenizer, messages), final))
+    records.append(_record(task, render_chat(tokenizer, messages), final))
     return records
 
 

@@ -132,7 +132,7 @@ def run_episodes(
             active = [e for e in live if not e.trajectory.finish]
             if not active:
                 break
-            prompts = [_render(tokenizer, e.messages) for e in active]
+            prompts = [render_chat(tokenizer, e.messages) for e in active]
             outputs = engine.generate(
                 prompts,
                 n=1,
@@ -207,5 +207,6 @@ def _score(episode: _Live, pool: ReplicaPool) -> None:
     trajectory.reward = 1.0 if score.passed else 0.0
 
 
-def _render(tokenizer, messages: list[dict]) -> str:
+def render_chat(tokenizer, messages: list[dict]) -> str:
+    """The chat-formatted prompt of `messages`, ending where the assistant speaks next."""
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
