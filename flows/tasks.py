@@ -58,15 +58,29 @@ def project_lock():
 
 def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM the process group `proc` leads (the stage ends its run as KILLED, leaving its
-    last checkpoint to resume from), SIGKILL it after `grace_s`."""
+    last checkpoint to resume from), SIGKILL it after `grace_s`. Returns once every process
+    of the group has ended: DVC can exit before the stage under it has finished unwinding."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=wait_s)
+        if _group_ends(proc, wait_s):
             return
-        except subprocess.TimeoutExpired:
-            continue
+
+
+def _group_ends(proc: subprocess.Popen, wait_s: float) -> bool:
+    """Whether the group `proc` leads is empty within `wait_s` (the leader reaped too)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        proc.poll()  # reap the leader, or it stays a zombie member of its group
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # a member now runs as another user: still there
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
 
 
 class ProgressLines:

@@ -695,3 +695,33 @@ def test_tracking_tasks_retry_only_transient_errors(
     assert len(writes) == (3 if transient else 1)
     if not transient:
         assert state.result(raise_on_failure=False) is error
+
+
+def test_stopping_a_stage_waits_for_the_process_under_dvc(tmp_path):
+    """The group's leader (DVC) exits at once on SIGTERM; the stage under it takes a while to
+    end its run. stop_group returns only once that child is gone too."""
+    child_pid = tmp_path / "child.pid"
+    child = (
+        "import os, signal, sys, time\n"
+        "def slow(*_):\n"
+        "    time.sleep(1.5)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, slow)\n"
+        f"open({str(child_pid)!r}, 'w').write(str(os.getpid()))\n"
+        "time.sleep(60)\n"
+    )
+    leader = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {child!r}])\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", leader], start_new_session=True)
+    for _ in range(100):
+        if child_pid.exists() and child_pid.read_text():
+            break
+        time.sleep(0.1)
+    pid = int(child_pid.read_text())
+    flows.tasks.stop_group(proc, grace_s=10.0)
+    assert proc.returncode is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
