@@ -11,7 +11,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run ui ui-stop deploy worker trigger test test-slow lint format bench bench-pcgrad bench-grpo bench-replicas clean
+.PHONY: setup run ui ui-stop deploy worker trigger test test-slow lint format bench bench-pcgrad bench-grpo bench-replicas bench-dist clean
 
 # While `make ui`'s Prefect server runs (its PID lives), `make run` reports to it.
 UI_API := $(shell test -f .ui/prefect.api && ps -p $$(cat .ui/prefect.pid 2>/dev/null) >/dev/null 2>&1 && cat .ui/prefect.api)
@@ -97,6 +97,10 @@ bench-grpo: setup
 
 bench-replicas: setup
 	$(PY) bench/replica_bench.py
+
+# GRPO on 1 and 2 CPU processes (gloo), replicated and FSDP2: step time, memory, agreement
+bench-dist: setup
+	$(PY) bench/dist_bench.py
 
 clean:
 	rm -rf $(VENV) .prefect results

@@ -534,6 +534,40 @@ class AgentGrpoSection(Section):
     timeout_s: float = Field(10.0, gt=0, description="SQL execution timeout per statement.")
 
 
+class DistributedSection(Section):
+    """How many processes the sft and grpo stages train with (`acesql.distributed`).
+
+    More than one process in all relaunches the stage under `torchrun` (DVC, the flows and a
+    plain `python -m acesql.stages.grpo` alike); on several nodes the stage is started once per
+    node (the Kubernetes job in infra/k8s), every one naming the same `rendezvous`.
+    """
+
+    processes: int = Field(
+        1, ge=0, description="Processes per node; 0: one per visible GPU (1 without a GPU)."
+    )
+    nodes: int = Field(1, ge=1, description="Machines taking part; each runs `processes`.")
+    rendezvous: str = Field(
+        "", description="host:port every node reaches (several nodes only); empty: this node."
+    )
+    backend: Literal["auto", "gloo", "nccl"] = Field(
+        "auto", description="torch.distributed backend; auto: nccl with CUDA, else gloo."
+    )
+    sharding: Literal["none", "fsdp"] = Field(
+        "none",
+        description="none: every process holds the whole model (data-parallel); fsdp: "
+        "weights, gradients and optimizer state split across processes (FSDP2).",
+    )
+    timeout_s: float = Field(
+        600.0, gt=0, description="Seconds a collective waits for the other processes."
+    )
+
+    @model_validator(mode="after")
+    def _rendezvous_for_nodes(self):
+        if self.nodes > 1 and not self.rendezvous:
+            raise ValueError("nodes > 1 needs rendezvous: a host:port every node reaches")
+        return self
+
+
 class EvaluateSection(Section):
     """The `evaluate` stage: greedy pipeline EX and generator ability."""
 
@@ -602,6 +636,9 @@ class Params(Section):
         description="The agent curriculum's 4th stage: agentic RL (several turns).",
     )
     grpo: GrpoSection = Field(default_factory=GrpoSection, description="The grpo stage.")
+    distributed: DistributedSection = Field(
+        default_factory=DistributedSection, description="Processes of the sft and grpo stages."
+    )
     evaluate: EvaluateSection = Field(
         default_factory=EvaluateSection, description="The evaluate stage."
     )
@@ -618,8 +655,12 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         raise ConfigError(_explain(exc, Params, (), path)) from exc
 
 
+OPTIONAL = ("distributed",)  # sections a params file may leave out: their defaults apply
+
+
 def load_section(path: str | Path, name: str) -> Section:
-    """One section of a params file, validated alone, so a stage fails only on its own keys."""
+    """One section of a params file, validated alone, so a stage fails only on its own keys
+    (an absent `OPTIONAL` section is its defaults)."""
     field = Params.model_fields.get(name)
     if field is None:
         raise ConfigError(
@@ -633,6 +674,8 @@ def load_section(path: str | Path, name: str) -> Section:
             f"{path}: unknown params section(s) {unknown}; expected some of "
             f"{list(Params.model_fields)}"
         )
+    if name not in raw and name in OPTIONAL:
+        return model()
     if name not in raw:
         raise ConfigError(
             f"{path} has no {name!r} section, which this stage reads "

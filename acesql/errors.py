@@ -28,3 +28,7 @@ class StorageError(AcesqlError):
 
 class ReplicaError(AcesqlError):
     """A database replica could not be handed out, used or restored."""
+
+
+class DistributedError(AcesqlError):
+    """A collective failed: another process of the job stopped or did not answer in time."""

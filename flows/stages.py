@@ -13,7 +13,10 @@ Runs of one project folder take turns (`flows.tasks.project_lock`): a second run
 until the first has written its params, reproduced its stage and tagged its runs.
 
 The shared sections (`base`, `prompt`, `base_model.reasoning`) are not parameters here: they
-change every stage, so they are edited in params.yaml itself.
+change every stage, so they are edited in params.yaml itself. The training flows (sft, grpo)
+also take `distributed`: how many processes the stage trains with on the worker that runs it
+(`torchrun` on a GPU pool's node, one process per GPU with `processes: 0`). It is not a DVC
+dependency (the numbers are the same), so a stage already reproduced needs `force` to rerun.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from acesql.config import (
     AgentSftSection,
     BaseModelSection,
     DataSection,
+    DistributedSection,
     DebugDataSection,
     EvaluateSection,
     GrpoSection,
@@ -49,11 +53,19 @@ def write_params(stage: str, section: Section) -> None:
     get_run_logger().info("%s: %s set in %s", stage, names, PARAMS)
 
 
-def reproduce(stage: str, section: Section | None, force: bool, parent_run_id: str | None) -> None:
+def reproduce(
+    stage: str,
+    section: Section | None,
+    force: bool,
+    parent_run_id: str | None,
+    distributed: DistributedSection | None = None,
+) -> None:
     """What every stage flow does: its params (when given), `dvc repro`, its run's DVC tags."""
     with project_lock():
         if section is not None:
             write_params(stage, section)
+        if distributed is not None:
+            write_params("distributed", distributed)
         repro(stage, force, parent_run_id)
         tag_stage(stage, parent_run_id)
 
@@ -98,10 +110,13 @@ def sft_data_flow(
 
 @flow(name="acesql-sft")
 def sft_flow(
-    sft: SftSection | None = None, force: bool = False, parent_run_id: str | None = None
+    sft: SftSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+    distributed: DistributedSection | None = None,
 ) -> None:
     """The sft stage: fine-tune both roles from the base model (resumes after a kill)."""
-    reproduce("sft", sft, force, parent_run_id)
+    reproduce("sft", sft, force, parent_run_id, distributed)
 
 
 @flow(name="acesql-rl_data")
@@ -114,10 +129,13 @@ def rl_data_flow(
 
 @flow(name="acesql-grpo")
 def grpo_flow(
-    grpo: GrpoSection | None = None, force: bool = False, parent_run_id: str | None = None
+    grpo: GrpoSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+    distributed: DistributedSection | None = None,
 ) -> None:
     """The grpo stage: joint dual-role GRPO from the SFT model (resumes after a kill)."""
-    reproduce("grpo", grpo, force, parent_run_id)
+    reproduce("grpo", grpo, force, parent_run_id, distributed)
 
 
 @flow(name="acesql-evaluate")

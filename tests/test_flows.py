@@ -478,6 +478,15 @@ def test_a_stage_flow_writes_the_fields_it_is_given_into_params_yaml(
     assert PARENT_RUN_TAG not in runs["sft"].data.tags
 
 
+def test_a_training_flow_sets_its_processes(project, prefect_harness, repro_calls):
+    state = flows.stages.grpo_flow(distributed={"processes": 4}, force=True, return_state=True)
+    assert state.is_completed()
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    assert params["distributed"]["processes"] == 4
+    assert params["distributed"]["sharding"] == "none"  # the fields not given stay
+    assert repro_calls == [("grpo", True, None)]
+
+
 def test_a_stage_flow_without_a_section_leaves_params_yaml_alone(
     project, prefect_harness, repro_calls
 ):

@@ -4,7 +4,9 @@ A causal LM's output layer over a 50k-token vocabulary costs as much as a fifth 
 model on every position, and its softmax more. SFT scores the response only, and a
 retriever prompt is a thousand tokens of schema before a twenty-token answer: running the
 output layer on the scored positions alone makes a training step markedly cheaper on CPU.
-Models whose decoder and output layer cannot be split fall back to a full forward.
+Models whose decoder and output layer cannot be split fall back to a full forward, and so
+do models wrapped for several processes: FSDP gathers shared weights in the whole model's
+forward only, and DDP (which hides the model's own attributes) syncs gradients through it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ IGNORE = -100
 
 
 def _split(model):
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(model, FSDPModule):
+        return None, None
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     # models that scale or cap logits after the head (e.g. Gemma's softcapping) need the
     # full forward to stay exact
-    plain = getattr(model.config, "final_logit_softcapping", None) is None
+    plain = getattr(getattr(model, "config", None), "final_logit_softcapping", None) is None
     return (decoder, head) if decoder is not None and head is not None and plain else (None, None)
 
 

@@ -27,8 +27,15 @@ _CORPUS = [
 ]
 
 
-def build_tiny_model(out: str | Path, seed: int = 0, vocab_size: int = 600) -> Path:
-    """Write a tiny Llama model and its tokenizer to `out` (an ordinary HF folder)."""
+def build_tiny_model(
+    out: str | Path,
+    seed: int = 0,
+    vocab_size: int = 600,
+    hidden_size: int = 64,
+    num_hidden_layers: int = 2,
+) -> Path:
+    """Write a tiny Llama model and its tokenizer to `out` (an ordinary HF folder); benches
+    make it wider and deeper."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -55,9 +62,9 @@ def build_tiny_model(out: str | Path, seed: int = 0, vocab_size: int = 600) -> P
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_hidden_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=4096,

@@ -10,11 +10,16 @@ The sum is a linear combination of the two originals with two scalars, so it is 
 place into the tensor that held g_gen; no projected copy is ever made. With `tensor`
 granularity (the default, as the authors' released code) d and the norms are taken per
 parameter tensor; with `global`, over the whole flattened gradient (the original PCGrad).
+
+Sharded gradients (FSDP: each process holds a slice of every tensor's gradient): every dot
+product and squared norm is a sum over slices, so each process computes its partial sums,
+one all-reduce of that vector of scalars (`reduce`) makes them global, and each process
+projects its own slices with the global coefficients. No process ever holds a full gradient.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +47,7 @@ def pcgrad_(
     g_gen: Sequence[torch.Tensor | None],
     granularity: str = "tensor",
     project: bool = True,
+    reduce: Callable[[list[float]], list[float]] | None = None,
 ) -> PcgradStats:
     """Combine in place: `g_gen[i]` becomes the combined gradient; `g_ret` is left as it was.
 
@@ -51,6 +57,8 @@ def pcgrad_(
     written into, so it raises ValueError instead of being lost: the caller gives such a
     parameter a zero generator gradient first (as `DualRoleUpdate` and `pcgrad` do).
     `project` False is the plain sum (the no-PCGrad ablation), with the same statistics.
+    `reduce`, for sharded gradients, sums a list of partial scalars over the processes (every
+    process must pass tensors in the same order and with the same None entries).
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
@@ -63,14 +71,20 @@ def pcgrad_(
             "combined into (None): give those parameters a zero generator gradient"
         )
     pairs = [(r, g) for r, g in zip(g_ret, g_gen) if r is not None and g is not None]
-    dots = [_dot(r, g) for r, g in pairs]
-    rr = [_dot(r, r) for r, _ in pairs]
-    gg = [_dot(g, g) for _, g in pairs]
     # a tensor only the generator touched adds its squared norm without any dot product
-    rr_total = sum(rr)
-    gg_total = sum(gg) + sum(
-        _dot(g, g) for r, g in zip(g_ret, g_gen) if r is None and g is not None
+    gen_only = [g for r, g in zip(g_ret, g_gen) if r is None and g is not None]
+    partial = (
+        [_dot(r, g) for r, g in pairs]
+        + [_dot(r, r) for r, _ in pairs]
+        + [_dot(g, g) for _, g in pairs]
+        + [sum(_dot(g, g) for g in gen_only)]
     )
+    if reduce is not None:
+        partial = reduce(partial)
+    n = len(pairs)
+    dots, rr, gg = partial[:n], partial[n : 2 * n], partial[2 * n : 3 * n]
+    rr_total = sum(rr)
+    gg_total = sum(gg) + partial[3 * n]
     dot_total = sum(dots)
     cosine = dot_total / max((rr_total * gg_total) ** 0.5, _TINY)
     if granularity == "global":

@@ -37,7 +37,21 @@ Where it departs from the paper (each a switch, off by default unless said):
 - A question whose pool is empty (none of its rollouts ever matched) has no target: every
   retriever sample earns 0 there, so its group is flat.
 - `train_layers` trains only the top decoder blocks (a CPU saving; the paper trains all).
-- One process, one device: the update is not wired for multi-GPU yet.
+
+Across processes (`dist`, under torchrun / accelerate launch; `acesql.distributed`):
+- each process rolls out its contiguous block of the step's questions; rewards and per-role
+  advantages stay per question group, on the process that owns the question;
+- the pool stays identical everywhere: every process's matched column sets are gathered and
+  applied in question order, after each process read its targets from the pool as it stood
+  before the step (the one-process order);
+- gradients are summed over processes before PCGrad (`acesql.rl.update`), so one step equals
+  the one-process step on the same rollouts; with `sharding: fsdp` the weights, gradients and
+  optimizer state are split across processes (FSDP2) and the transformers engine samples from a
+  full inference copy refreshed after every step;
+- logged numbers are global; MLflow, progress bar, checkpoints' shared files and the final
+  model are written by process 0, each process's RNG state by itself; a run resumes only with
+  the number of processes that wrote its checkpoint; the validation slice is split and gathered;
+- every collective has the job's timeout: a process that dies stops the others with a message.
 """
 
 from __future__ import annotations
@@ -55,7 +69,8 @@ import torch
 from acesql.checkpoint import Checkpoint, Checkpoints, fingerprint, save_model
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache, gold_columns
-from acesql.errors import SqlParseError
+from acesql.distributed import SINGLE, Dist, full_state_dict, load_full_state, shard_model
+from acesql.errors import ConfigError, SqlParseError
 from acesql.models.freezing import train_top_layers
 from acesql.models.prompts import PromptBuilder
 from acesql.progress import StepBar
@@ -85,6 +100,8 @@ class RunState:
     best_step: int | None = None
     tracker_run_id: str | None = None
     fingerprint: str = ""
+    world_size: int = 1  # processes that wrote the checkpoint
+    sharding: str = "none"  # and how they held the weights
     history: list[dict] = field(default_factory=list)  # one record per step
 
 
@@ -139,20 +156,23 @@ class GrpoTrainer:
         device: str | None = None,
         progress: bool = True,
         engine_factory: Callable | None = None,
+        dist: Dist = SINGLE,
     ):
-        from acesql.models.base_model import load_policy, load_tokenizer
+        from acesql.models.base_model import load_model, load_policy, load_tokenizer
         from acesql.sql.batch_executor import BatchExecutor
 
         if not examples:
             raise ValueError("no RL questions: the rl_data stage kept none (see its metrics)")
-        self.cfg, self.seed, self.progress = cfg, seed, progress
+        self.cfg, self.seed, self.progress = cfg, seed, progress and dist.is_main
+        self.dist = dist
         self.examples = examples
         self.pool = pool
         self.out_dir = Path(out_dir)
         self.checkpoints = Checkpoints(self.out_dir / "checkpoints", state_file=STATE_FILE)
-        self.tracker = tracker or NullTracker()
+        self.tracker = (tracker if dist.is_main else None) or NullTracker()
         self.eval_examples = eval_examples or []
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        default = str(dist.device) if dist.enabled else "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device or default)
         torch.manual_seed(seed)
         self.tokenizer = load_tokenizer(model_dir)
         self.prompts = PromptBuilder(self.tokenizer, reasoning, sample_values)
@@ -166,6 +186,11 @@ class GrpoTrainer:
         self.total_steps = len(self.steps)
         self.horizon = cfg.schedule_fraction * self.total_steps if cfg.schedule else 0.0
         trainable = train_top_layers(self.model, cfg.train_layers)
+        if dist.sharded:  # the parameters become this process's slices (DTensors)
+            shard_model(self.model)
+            if self.ref is not None:
+                shard_model(self.ref)
+            trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             trainable, lr=cfg.learning_rate, weight_decay=cfg.weight_decay
         )
@@ -188,6 +213,7 @@ class GrpoTrainer:
             bf16_autocast=cfg.bf16_autocast,
             # a cached prompt and gradient checkpointing do not mix in transformers
             share_prompts=cfg.share_prompts and not cfg.gradient_checkpointing,
+            dist=dist,
         )
         gen = cfg.generation
         if engine_factory is not None:
@@ -195,9 +221,14 @@ class GrpoTrainer:
         elif gen.engine == "transformers":
             from acesql.models.hf_engine import HFEngine
 
-            # shares the policy's module: new weights are seen without a copy
+            # shares the policy's module: new weights are seen without a copy; a sharded
+            # policy cannot generate alone (FSDP's gathers need every process in step), so
+            # the engine gets a full inference copy, refreshed after every step
+            sampler = self.model
+            if dist.sharded:
+                sampler = load_model(model_dir, dtype="float32", device=str(self.device)).eval()
             self.engine = HFEngine(
-                model=self.model,
+                model=sampler,
                 tokenizer=self.tokenizer,
                 batch_size=gen.batch_size,
                 progress=False,
@@ -208,7 +239,11 @@ class GrpoTrainer:
 
             self.engine = open_engine(gen, model_dir)
         self.executor = _TimedExecutor(BatchExecutor(timeout_s=cfg.timeout_s))
-        self.state = RunState(fingerprint=run_fingerprint(model_dir, seed, cfg, examples, pool))
+        self.state = RunState(
+            fingerprint=run_fingerprint(model_dir, seed, cfg, examples, pool),
+            world_size=dist.world_size,
+            sharding=dist.sharding if dist.enabled else "none",
+        )
         self._pending: list[dict] = []  # step records not yet sent to the tracker
         self._gold_sets: dict[str, frozenset[str] | None] = {}
 
@@ -242,7 +277,7 @@ class GrpoTrainer:
                     self._validate(record)
                 if s % self.cfg.pool_snapshot_every == 0:
                     self._snapshot_pool()
-                out_of_time = self.state.elapsed_s > budget
+                out_of_time = self.dist.any(self.state.elapsed_s > budget)  # all stop together
                 if s % self.cfg.checkpoint_every == 0 or s == self.total_steps or out_of_time:
                     self.save_checkpoint()
                 if out_of_time:
@@ -257,7 +292,7 @@ class GrpoTrainer:
         """One GRPO step on the next batch of questions; returns its logged record."""
         cfg = self.cfg
         step = self.state.step + 1
-        batch = [self.examples[i] for i in self.steps[step - 1]]
+        batch = self.dist.shard([self.examples[i] for i in self.steps[step - 1]])
         lam = generator_weight(step, self.horizon) if cfg.schedule else 1.0
         t0 = time.monotonic()
         self.executor.seconds = 0.0
@@ -291,19 +326,17 @@ class GrpoTrainer:
         t1 = time.monotonic()
         update = self.update(seqs, lam)
         t_update = time.monotonic() - t1
-        self.engine.update_weights(self.model)
+        self.engine.update_weights(full_state_dict(self.model) if self.dist.sharded else self.model)
         self.state.step = step
 
         record = {"step": step, "lambda": lam, "lr": self.scheduler.get_last_lr()[0]}
         for role in ROLES:
-            r = [x for q in rewards[role] for x in q]
-            record[f"{role}/reward_mean"] = sum(r) / len(r) if r else 0.0
-        n_gen = sum(len(x.matched) for x in rollouts)
-        record["generator/match_rate"] = sum(x.n_matched for x in rollouts) / max(n_gen, 1)
+            record[f"{role}/reward_mean"] = self._mean([x for q in rewards[role] for x in q])
+        record["generator/match_rate"] = self._mean([m for x in rollouts for m in x.matched])
         record["retriever/match_rate"] = pool_info.pop("retriever_match_rate")
         for role, key in (("retriever", "retriever"), ("generator", "generator")):
             lengths = [len(c.token_ids) for x in rollouts for c in getattr(x, key)]
-            record[f"{role}/response_tokens"] = sum(lengths) / max(len(lengths), 1)
+            record[f"{role}/response_tokens"] = self._mean(lengths)
         record.update(pool_info)
         record.update(adv_stats)
         record.update(update)
@@ -315,19 +348,26 @@ class GrpoTrainer:
         self._pending.append(record)
         return record
 
+    def _mean(self, values: list[float]) -> float:
+        """The mean of `values` over every process's values."""
+        total, n = self.dist.sum([sum(values), len(values)])
+        return total / n if n else 0.0
+
     # --------------------------------------------------------------- pool and rewards
 
     def _update_pool(self, rollouts: list[QuestionRollout], targets: dict) -> dict:
+        """Feed every process's matched sets to the pool, in question order, on every process."""
         changes, non_gold, matched = 0, 0, 0
         ret_hits, ret_total = 0, 0
-        for r in rollouts:
-            key = r.key
+        fed = [(r.key, r.matched_sets) for r in rollouts]
+        for key, sets in (item for part in self.dist.gather_objects(fed) for item in part):
             if key in self.pool:
-                before = self.pool.update(key, r.matched_sets)
+                before = self.pool.update(key, sets)
             else:
                 before = []
-                self.pool.seed(key, r.matched_sets)
+                self.pool.seed(key, sets)
             changes += before != self.pool.targets(key)
+        for r in rollouts:
             gold = self._gold(r)
             for s in r.matched_sets:
                 matched += 1
@@ -335,6 +375,9 @@ class GrpoTrainer:
             for s in r.retrieved:
                 ret_total += 1
                 ret_hits += s is not None and any(s == t for t in targets[r.key])
+        non_gold, matched, ret_hits, ret_total = self.dist.sum(
+            [non_gold, matched, ret_hits, ret_total]
+        )
         stats = self.pool.stats()
         return {
             "pool/with_target": stats["with_target"],
@@ -413,16 +456,18 @@ class GrpoTrainer:
                 for c, a in zip(outputs, adv):
                     if c.token_ids:
                         seqs[role].append(ScoredSequence(ids(prompt), list(c.token_ids), a))
-            stats[f"{role}/flat_groups"] = flat / max(len(rollouts), 1)
+            flat, groups = self.dist.sum([flat, len(rollouts)])
+            stats[f"{role}/flat_groups"] = flat / max(groups, 1)
         return seqs, stats
 
     # ------------------------------------------------------------------ evaluation
 
     def _validate(self, record: dict) -> None:
         from acesql.eval.end_to_end import evaluate_examples
+        from acesql.eval.metrics import summarize
 
-        summary, _ = evaluate_examples(
-            self.eval_examples,
+        _, rows = evaluate_examples(
+            self.dist.shard(self.eval_examples),
             self.engine,
             self.prompts,
             self.executor.executor,
@@ -430,6 +475,7 @@ class GrpoTrainer:
             max_new_tokens=self.cfg.generation.max_new_tokens,
             seed=self.seed,
         )
+        summary = summarize([row for part in self.dist.gather_objects(rows) for row in part])
         ex = summary["pipeline_ex"]
         record["val/pipeline_ex"] = ex
         record["val/generator_ex"] = summary["generator_ex"]
@@ -440,51 +486,82 @@ class GrpoTrainer:
 
     # ------------------------------------------------------------ checkpoints and outs
 
-    def save_checkpoint(self) -> Path:
-        """Model, optimizer, scheduler, pool, RNG states, step and history; atomically."""
+    def save_checkpoint(self) -> Path | None:
+        """Model, optimizer, scheduler, pool, RNG states, step and history; atomically.
 
-        def write(tmp: Path) -> None:
-            self.model.save_pretrained(tmp / "model", safe_serialization=True)
-            rng = {
-                "torch": torch.get_rng_state(),
-                "python": random.getstate(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            }
-            torch.save(
-                {
-                    "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(),
-                    "rng": rng,
-                },
-                tmp / "trainer.pt",
-            )
-            self.pool.save(tmp / "pool.json")
-            self._flush_metrics()
+        Process 0 writes the shared files and commits; every other process writes its own RNG
+        state (`rng-RANK.pt`) into the same temp folder first. Returns the folder on process 0.
+        """
+        dist, step = self.dist, self.state.step
+        model_state, optimizer_state = self._full_states()
+        if dist.is_main:
+            self.checkpoints.begin(step)
+        dist.barrier()
+        tmp = self.checkpoints.staging(step)
+        rng = {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        }
+        if not dist.is_main:
+            torch.save(rng, tmp / f"rng-{dist.rank}.pt")
+        dist.barrier()
+        if not dist.is_main:
+            dist.barrier()  # process 0 commits
+            return None
+        self.model.save_pretrained(tmp / "model", state_dict=model_state, safe_serialization=True)
+        torch.save(
+            {"optimizer": optimizer_state, "scheduler": self.scheduler.state_dict(), "rng": rng},
+            tmp / "trainer.pt",
+        )
+        self.pool.save(tmp / "pool.json")
+        self._flush_metrics()
+        path = self.checkpoints.commit(step, dict(self.state.__dict__))
+        dist.barrier()
+        return path
 
-        return self.checkpoints.save(self.state.step, dict(self.state.__dict__), write)
+    def _full_states(self) -> tuple[dict | None, dict]:
+        """(model state for `save_pretrained`, optimizer state) as one process would hold them;
+        gathered from the slices under FSDP (a collective: every process calls it)."""
+        if not self.dist.sharded:
+            return None, self.optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_state_dict(self.model, self.optimizer, options=options)
 
     def _resume(self) -> int:
         found = self.checkpoints.latest(self.state.fingerprint)
         if not found:
             return 0
         path, state = found
+        layout = (self.state.world_size, self.state.sharding)
+        written = (state.get("world_size", 1), state.get("sharding", "none"))
+        if written != layout:
+            raise ConfigError(
+                f"checkpoint {path} was written by {written[0]} processes (sharding "
+                f"{written[1]}), this run has {layout[0]} (sharding {layout[1]}): resume as it "
+                f"was written, or remove {path.parent}"
+            )
         from safetensors.torch import load_file
 
         weights = {}
         for f in sorted((path / "model").glob("*.safetensors")):
             weights.update(load_file(f, device=str(self.device)))
-        missing, _ = self.model.load_state_dict(weights, strict=False)
-        if any(not k.endswith("lm_head.weight") for k in missing):  # tied heads are not saved
-            raise RuntimeError(f"checkpoint {path} lacks weights: {missing[:3]}")
         trainer = torch.load(path / "trainer.pt", weights_only=False)
-        self.optimizer.load_state_dict(trainer["optimizer"])
+        load_full_state(self.model, self.optimizer, weights, trainer["optimizer"], self.dist)
         self.scheduler.load_state_dict(trainer["scheduler"])
-        torch.set_rng_state(trainer["rng"]["torch"])
-        random.setstate(trainer["rng"]["python"])
-        if trainer["rng"]["cuda"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(trainer["rng"]["cuda"])
+        rng = trainer["rng"]
+        if not self.dist.is_main:
+            rng = torch.load(path / f"rng-{self.dist.rank}.pt", weights_only=False)
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        if rng["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
         self.pool = EmpiricalPool.load(path / "pool.json")
         self.state = RunState(**state)
+        if self.dist.sharded:
+            self.engine.update_weights(full_state_dict(self.model))
         return self.state.step
 
     def _flush_metrics(self) -> None:
@@ -494,15 +571,23 @@ class GrpoTrainer:
         self._pending = []
 
     def _snapshot_pool(self) -> None:
+        if not self.dist.is_main:
+            return
         path = self.out_dir / "pool" / f"step-{self.state.step:06d}.json"
         self.pool.save(path)
         self.tracker.log_artifact(path)
 
     def _save_model(self, out: Path) -> None:
-        save_model(self.model, self.tokenizer, out)
+        """The policy's weights to `out` from process 0 (gathered first under FSDP)."""
+        state = self._full_states()[0] if self.dist.sharded else None
+        if self.dist.is_main:
+            save_model(self.model, self.tokenizer, out, state)
+        self.dist.barrier()
 
     def _save_final(self) -> None:
         self._save_model(self.out_dir)
+        if not self.dist.is_main:
+            return
         self.pool.save(self.out_dir / "pool.json")
         with (self.out_dir / "steps.jsonl").open("w") as fh:
             for record in self.state.history:

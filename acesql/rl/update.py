@@ -11,6 +11,15 @@
 
 Old-policy log-probs are the current ones, detached: one update per rollout (see the
 trainer's doc). With lambda 0 the generator's backward pass is skipped: its gradient is zero.
+
+Across processes (`dist`), each holds its own questions' sequences. Each role's loss is the
+token mean over *all* processes' tokens (each process weights its pieces by its tokens over
+the global count), and gradients are summed: replicated (`sharding: none`) by an all-reduce
+after each role's backward pass, so PCGrad sees the global gradients; sharded (FSDP) by FSDP's
+reduce-scatter, with PCGrad on the local slices and one all-reduce of its scalars. Under FSDP
+every process runs the same number of forward/backward pieces (padding with zero-weight
+ones), as FSDP's collectives require. The step equals the one-process step on all the
+sequences, to float tolerance.
 """
 
 from __future__ import annotations
@@ -20,10 +29,14 @@ from dataclasses import dataclass
 
 import torch
 
+from acesql.distributed import SINGLE, Dist
 from acesql.models.logits import shared_prompt_logprobs, token_logprobs
 from acesql.models.precision import bf16_autocast_enabled
 from acesql.rl.loss import grpo_loss
 from acesql.rl.pcgrad import pcgrad_
+
+
+BUCKET = 1 << 24  # numbers per gradient all-reduce (64 MiB of fp32)
 
 
 @dataclass
@@ -52,6 +65,7 @@ class DualRoleUpdate:
         pad_id: int = 0,
         bf16_autocast: bool | str = True,
         share_prompts: bool = True,
+        dist: Dist = SINGLE,
     ):
         self.model, self.optimizer, self.scheduler, self.ref = (
             model,
@@ -63,6 +77,7 @@ class DualRoleUpdate:
         self.pcgrad, self.granularity = pcgrad, granularity
         self.micro_batch_size, self.pad_id = micro_batch_size, pad_id
         self.share_prompts = share_prompts
+        self.dist = dist
         self.device = next(model.parameters()).device
         self.autocast = torch.autocast(
             self.device.type,
@@ -77,28 +92,33 @@ class DualRoleUpdate:
         self.optimizer.zero_grad(set_to_none=True)
         ret = self.backward(seqs["retriever"], 1.0)
         g_ret: list[torch.Tensor | None] = [None] * len(params)
-        if seqs["retriever"]:
+        if ret["tokens"]:
             for i, p in enumerate(params):
                 if p.grad is None:
                     continue
+                grad = _local(p.grad)
                 if self._ret_grads[i] is None:  # allocated once, reused every step
-                    self._ret_grads[i] = torch.empty_like(p)
-                self._ret_grads[i].copy_(p.grad)
+                    self._ret_grads[i] = torch.empty_like(grad)
+                self._ret_grads[i].copy_(grad)
                 p.grad.zero_()
                 g_ret[i] = self._ret_grads[i]
         gen = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "tokens": 0}
-        if lam > 0 and seqs["generator"]:
+        if lam > 0:
             gen = self.backward(seqs["generator"], lam)
         for p, r in zip(params, g_ret):  # a parameter only the retriever reached needs a .grad
             if p.grad is None and r is not None:
                 p.grad = torch.zeros_like(p)
         stats = pcgrad_(
-            g_ret, [p.grad for p in params], granularity=self.granularity, project=self.pcgrad
+            g_ret,
+            [None if p.grad is None else _local(p.grad) for p in params],
+            granularity=self.granularity,
+            project=self.pcgrad,
+            reduce=self.dist.sum if self.dist.sharded else None,
         )
         stepped = any(p.grad is not None for p in params)
         grad_norm = 0.0
         if stepped:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.grad_clip))
+            grad_norm = _scalar(torch.nn.utils.clip_grad_norm_(params, self.grad_clip))
             self.optimizer.step()
         if self.scheduler is not None:
             with warnings.catch_warnings():  # a step without an update still moves the schedule
@@ -130,7 +150,7 @@ class DualRoleUpdate:
         stepped = any(p.grad is not None for p in self.params)
         grad_norm = 0.0
         if stepped:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip))
+            grad_norm = _scalar(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip))
             self.optimizer.step()
         if self.scheduler is not None:
             with warnings.catch_warnings():
@@ -152,13 +172,24 @@ class DualRoleUpdate:
         With `share_prompts`, the outputs of one prompt are scored together on top of a
         single pass over the prompt (`shared_prompt_logprobs`): a group of N retriever
         outputs costs one schema-length forward and backward instead of N. Otherwise,
-        sequences are right-padded into micro-batches of `micro_batch_size`.
+        sequences are right-padded into micro-batches of `micro_batch_size`. Across processes
+        the mean is over every process's tokens and the returned numbers are global.
         """
-        total = sum(len(s.completion_ids) for s in seqs)
+        dist = self.dist
+        local = sum(len(s.completion_ids) for s in seqs)
+        chunks = self._chunks(seqs)
+        total, n_pieces = local, len(chunks)
+        if dist.enabled:
+            total = int(dist.sum([local])[0])
+            if dist.sharded:  # FSDP needs the same number of passes on every process
+                n_pieces = int(dist.all_reduce_(torch.tensor([len(chunks)]), "max").item())
         out = {"loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "tokens": total}
-        if not seqs:
+        if not total:
             return out
-        for chunk in self._chunks(seqs):
+        # FSDP averages gradients over processes: scaled by their number, they are sums
+        scale = weight * (dist.world_size if dist.sharded else 1)
+        padding = [[ScoredSequence([self.pad_id], [self.pad_id], 0.0)]] * (n_pieces - len(chunks))
+        for k, chunk in enumerate(chunks + padding):
             adv = torch.tensor([s.advantage for s in chunk], device=self.device)
             with self.autocast:
                 logp, mask = self._logprobs(self.model, chunk)
@@ -169,12 +200,41 @@ class DualRoleUpdate:
             loss, st = grpo_loss(
                 logp, logp.detach(), adv, mask, ref, clip_eps=self.clip_eps, beta=self.beta
             )
-            share = st.n_tokens / total
-            (loss * share * weight).backward()
+            share = st.n_tokens / total if k < len(chunks) else 0.0
+            (loss * share * scale).backward()
             out["loss"] += st.loss * share
             out["kl"] += st.kl * share
             out["clip_fraction"] += st.clip_fraction * share
+        if dist.enabled:
+            out["loss"], out["kl"], out["clip_fraction"] = dist.sum(
+                [out["loss"], out["kl"], out["clip_fraction"]]
+            )
+            if not dist.sharded:
+                self._sum_gradients()
         return out
+
+    def _sum_gradients(self) -> None:
+        """Replicated training: every process's `.grad` becomes the sum over processes; a
+        parameter no process reached keeps None (as in one process: AdamW skips it)."""
+        reached = torch.tensor([p.grad is not None for p in self.params], dtype=torch.int32)
+        self.dist.all_reduce_(reached, "max")
+        grads = []
+        for p, any_rank in zip(self.params, reached.tolist()):
+            if any_rank and p.grad is None:
+                p.grad = torch.zeros_like(p)
+            if any_rank:
+                grads.append(p.grad)
+        bucket: list[torch.Tensor] = []
+        for g in grads + [None]:  # a few collectives of <= BUCKET numbers, not one per tensor
+            if bucket and (g is None or sum(b.numel() for b in bucket) + g.numel() > BUCKET):
+                flat = self.dist.all_reduce_(torch.cat([b.reshape(-1) for b in bucket]))
+                offset = 0
+                for b in bucket:
+                    b.copy_(flat[offset : offset + b.numel()].view_as(b))
+                    offset += b.numel()
+                bucket = []
+            if g is not None:
+                bucket.append(g)
 
     def _chunks(self, seqs: list[ScoredSequence]) -> list[list[ScoredSequence]]:
         mb = self.micro_batch_size
@@ -203,6 +263,16 @@ class DualRoleUpdate:
             out[row, :c] = logp[row, p : p + c]
             cmask[row, :c] = True
         return out, cmask
+
+
+def _local(grad: torch.Tensor) -> torch.Tensor:
+    """This process's slice of a sharded (DTensor) gradient; a plain tensor as it is."""
+    return grad.to_local() if hasattr(grad, "to_local") else grad
+
+
+def _scalar(value) -> float:
+    """A norm as a float, gathered first when it is a sharded (DTensor) value."""
+    return float(value.full_tensor() if hasattr(value, "full_tensor") else value)
 
 
 def _mix(a: dict, b: dict, key: str) -> float:

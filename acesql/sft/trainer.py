@@ -114,7 +114,13 @@ def train_sft(
     use_cpu = device == "cpu" or (device is None and not torch.cuda.is_available())
     # bf16 autocast is applied here, not through accelerate's mixed_precision, so that one
     # process can train several times with different settings (accelerate's state is global)
-    accelerator = Accelerator(gradient_accumulation_steps=config.grad_accum, cpu=use_cpu)
+    # the schedule counts optimizer steps of the global batch: accelerate would otherwise step
+    # it once per process on every optimizer step (it assumes per-process epochs)
+    accelerator = Accelerator(
+        gradient_accumulation_steps=config.grad_accum,
+        cpu=use_cpu,
+        step_scheduler_with_optimizer=False,
+    )
     autocast = torch.autocast(
         accelerator.device.type,
         dtype=torch.bfloat16,
@@ -161,6 +167,7 @@ def train_sft(
         initial=state["step"],
         desc="sft",
         unit="step",
+        disable=not accelerator.is_main_process,
         budget_s=budget_s - state["elapsed_s"] if budget_s < math.inf else None,
     )
     started = time.monotonic() - state["elapsed_s"]
@@ -179,7 +186,8 @@ def train_sft(
                 if accelerator.sync_gradients:
                     accelerator.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
-                scheduler.step()
+                if accelerator.sync_gradients:
+                    scheduler.step()
                 optimizer.zero_grad()
             state["micro"] += 1
             state["tokens"] += int(batch["attention_mask"].sum())
@@ -187,7 +195,9 @@ def train_sft(
             if accelerator.sync_gradients:
                 state["step"] += 1
                 state["elapsed_s"] = time.monotonic() - started
-                mean = sum(window) / len(window)
+                # the global batch's loss: the mean over processes of each one's micro-batches
+                loss_now = torch.tensor(sum(window) / len(window), device=accelerator.device)
+                mean = float(accelerator.reduce(loss_now, "mean"))
                 window = []
                 state["losses"].append(round(mean, 5))
                 bar.update()

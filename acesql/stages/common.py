@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -11,9 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from acesql.config import load_section
+from acesql.distributed import launch_command, process_rank
 from acesql.errors import AcesqlError
 from acesql.staging import write_atomic
-from acesql.tracking import make_tracker
+from acesql.tracking import NullTracker, make_tracker
 
 
 def run_stage(
@@ -47,7 +49,8 @@ def run_stage(
         signal.signal(signal.SIGTERM, _interrupted)
     try:
         loaded = {s: load_section(args.params, s) for s in sections}
-        tracker = make_tracker(loaded["base"])
+        # one MLflow run per stage, however many processes train in it
+        tracker = make_tracker(loaded["base"]) if process_rank() == 0 else NullTracker()
         params = {s: section.model_dump(mode="json") for s, section in loaded.items()}
         run_id = resume_run(loaded) if resume_run else None
         run_tags = {"stage": name, **(tags(loaded) if tags else {})}
@@ -59,7 +62,26 @@ def run_stage(
     except KeyboardInterrupt as exc:
         print(f"stopped: {exc or 'interrupted'}", file=sys.stderr)
         sys.exit(130)
-    print(json.dumps(metrics, default=str))
+    if process_rank() == 0:
+        print(json.dumps(metrics, default=str))
+
+
+def relaunch(name: str, argv=None, fsdp_config: str | None = None) -> None:
+    """Replace this process by `torchrun` running the stage when the params file's
+    `distributed` section asks for more than one process; return when it does not.
+    `fsdp_config`: the accelerate config a stage shards with (`launch_command`)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--params", default="params.yaml")
+    known, _ = parser.parse_known_args(args)
+    try:
+        settings = load_section(known.params, "distributed")
+        command = launch_command(name, args, settings, fsdp_config)
+    except AcesqlError:
+        return  # run_stage reports a broken params file in the stage's own words
+    if command:
+        print(f"{name}: {' '.join(command[1:])}", file=sys.stderr, flush=True)
+        os.execv(command[0], command)
 
 
 def _interrupted(signum, frame):

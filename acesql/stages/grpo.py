@@ -2,7 +2,10 @@
 
     python -m acesql.stages.grpo [--params params.yaml]
 
-Reads `base`, `base_model`, `prompt` and `grpo`; `{models_dir}/sft`, `{data_dir}/rl/train.jsonl`
+With `distributed.processes` (times `nodes`) above 1 the stage relaunches itself under
+`torchrun`; each process rolls out its share of every step (`acesql.rl.trainer`).
+
+Reads `base`, `base_model`, `prompt`, `grpo` and `distributed`; `{models_dir}/sft`, `{data_dir}/rl/train.jsonl`
 and `{data_dir}/rl/initial_pool.json`; validates on a fixed slice of the prepared
 `grpo.eval_split`. Writes the model to `{models_dir}/grpo` (the best validated one under
 `best/`, checkpoints under `checkpoints/`, pool snapshots under `pool/`, per-step records in
@@ -18,10 +21,10 @@ import sys
 from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
 from acesql.errors import DataError
-from acesql.stages.common import run_stage, write_metrics
+from acesql.stages.common import relaunch, run_stage, write_metrics
 from acesql.staging import replace_dir
 
-SECTIONS = ("base", "base_model", "prompt", "grpo")
+SECTIONS = ("base", "base_model", "prompt", "grpo", "distributed")
 
 
 def _inputs(s: dict):
@@ -70,10 +73,14 @@ def _no_questions(model_dir, out_dir, metrics_path) -> dict:
 
 
 def work(s: dict, tracker) -> dict:
+    from acesql.distributed import close, init_from_env
     from acesql.rl.trainer import GrpoTrainer
 
-    base, cfg = s["base"], s["grpo"]
+    base, cfg, d = s["base"], s["grpo"], s["distributed"]
     model_dir, examples, pool = _inputs(s)
+    dist = init_from_env(d.sharding, d.backend, d.timeout_s)
+    if not examples and not dist.is_main:
+        return {}
     if not examples:
         return _no_questions(
             model_dir, base.models_dir / "grpo", base.models_dir / "grpo_metrics.json"
@@ -95,17 +102,21 @@ def work(s: dict, tracker) -> dict:
         sample_values=s["prompt"].sample_values,
         eval_examples=eval_examples,
         tracker=tracker,
+        dist=dist,
     )
     trainer.state.tracker_run_id = tracker.run_id
     try:
         summary = trainer.train()
     finally:
         trainer.close()
-    write_metrics(base.models_dir / "grpo_metrics.json", summary)
+        close(dist)
+    if dist.is_main:
+        write_metrics(base.models_dir / "grpo_metrics.json", summary)
     return summary
 
 
 def main(argv=None) -> None:
+    relaunch("grpo", argv)
     run_stage("grpo", __doc__, SECTIONS, work, argv, resume_run=_resume_run)
 
 

@@ -1,7 +1,11 @@
 """The `sft` stage: mixed SFT of both roles from the base model.
 
     python -m acesql.stages.sft [--params params.yaml]
-    accelerate launch --config_file infra/accelerate/multi_gpu.yaml -m acesql.stages.sft
+    accelerate launch --config_file infra/accelerate/multi_gpu_fsdp.yaml -m acesql.stages.sft
+
+With `distributed.processes` (times `nodes`) above 1 the stage relaunches itself under
+`torchrun` (data-parallel: each process its share of every global batch, the same steps and
+losses as one process accumulating them); FSDP goes through accelerate's config above.
 
 Reads `base` and `sft`; `{models_dir}/base` and `{data_dir}/sft/*.jsonl`. Writes the model
 to `{models_dir}/sft` (checkpoints under `checkpoints/`, resumed after a kill) and
@@ -13,7 +17,8 @@ from __future__ import annotations
 from acesql.data.loaders import parse_jsonl
 from acesql.errors import DataError
 from acesql.sft.trainer import train_sft
-from acesql.stages.common import run_stage, write_metrics
+from acesql.distributed import process_rank
+from acesql.stages.common import relaunch, run_stage, write_metrics
 
 
 def work(s: dict, tracker) -> dict:
@@ -30,12 +35,14 @@ def work(s: dict, tracker) -> dict:
         base.models_dir / "base", records, base.models_dir / "sft", cfg, tracker, seed=base.seed
     )
     metrics = {k: v for k, v in summary.items() if k != "losses"}
-    write_metrics(base.models_dir / "sft_metrics.json", metrics)
+    if process_rank() == 0:
+        write_metrics(base.models_dir / "sft_metrics.json", metrics)
     tracker.log_metrics({f"sft/{k}": v for k, v in metrics.items() if isinstance(v, int | float)})
     return metrics
 
 
 def main(argv=None) -> None:
+    relaunch("sft", argv, fsdp_config="infra/accelerate/multi_gpu_fsdp.yaml")
     run_stage("sft", __doc__, ("base", "sft"), work, argv)
 
 
