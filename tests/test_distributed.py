@@ -214,3 +214,59 @@ def test_a_dead_process_fails_the_job_with_a_message(tiny_model_dir, synth_dir, 
     assert procs[1].returncode == 7
     assert procs[0].returncode != 0
     assert "DistributedError" in err0 and "rank 0 of 2: barrier failed" in err0, err0[-2000:]
+
+
+@pytest.mark.slow
+def test_the_grpo_stage_relaunches_itself_on_two_processes(tiny_model_dir, synth_dir, tmp_path):
+    """`python -m acesql.stages.grpo` with `distributed.processes: 2`: torchrun, one MLflow
+    run, the model and metrics written once, each process's RNG state in the checkpoint; the
+    same run with one process refuses that checkpoint, naming why."""
+    import json
+
+    import yaml
+    from mlflow import MlflowClient
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_grpo import _pool, _stage_project
+
+    from acesql.data.loaders import load_dataset
+
+    examples = load_dataset(synth_dir, "synth", "train").examples[:4]
+    grpo = dict(
+        epochs=1,
+        questions_per_step=4,
+        samples=2,
+        checkpoint_every=1,
+        eval_every=1,
+        eval_questions=2,
+        generation={"max_new_tokens": 8, "batch_size": 8},
+    )
+    params = _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo)
+    rl = tmp_path / "data" / "rl"
+    rl.mkdir(parents=True)
+    (rl / "train.jsonl").write_text("".join(json.dumps(e.to_dict()) + "\n" for e in examples))
+    _pool(examples).save(rl / "initial_pool.json")
+    settings = yaml.safe_load(params.read_text())
+    settings["distributed"] = {"processes": 2, "timeout_s": 120}
+    params.write_text(yaml.safe_dump(settings))
+    command = [sys.executable, "-m", "acesql.stages.grpo", "--params", str(params)]
+    env = _env() | {"MLFLOW_DISABLE_TELEMETRY": "true", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "torch.distributed.run --nproc_per_node=2" in proc.stderr
+    metrics = json.loads((tmp_path / "models" / "grpo_metrics.json").read_text())
+    assert metrics["steps"] == 1 and metrics["questions"] == 4
+    assert (tmp_path / "models" / "grpo" / "model.safetensors").is_file()
+    checkpoint = tmp_path / "models" / "grpo" / "checkpoints" / "step-000001"
+    assert (checkpoint / "rng-1.pt").is_file() and (checkpoint / "trainer.pt").is_file()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("acesql")
+    runs = client.search_runs([experiment.experiment_id], filter_string="tags.stage = 'grpo'")
+    assert len(runs) == 1
+    assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "grpo/lambda")] == [1]
+
+    settings["distributed"] = {"processes": 1}
+    params.write_text(yaml.safe_dump(settings))
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "was written by 2 processes" in proc.stderr
