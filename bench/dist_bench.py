@@ -95,29 +95,44 @@ def main() -> None:
             run("1 process x 1 thread", model, synth, tmp / "a.pt", 1, 1, steps),
             run("1 process x 2 threads", model, synth, tmp / "b.pt", 1, 2, steps),
             run("2 processes x 1 thread", model, synth, tmp / "c.pt", 2, 1, steps),
-            run("1 process x 1 thread, one sequence a piece", model, synth, tmp / "d.pt", 1, 1,
-                steps + fsdp[2:]),
+            run(
+                "1 process x 1 thread, one sequence a piece",
+                model,
+                synth,
+                tmp / "d.pt",
+                1,
+                1,
+                steps + fsdp[2:],
+            ),
             run("2 processes x 1 thread, FSDP2", model, synth, tmp / "e.pt", 2, 1, steps + fsdp),
         ]
     n_params = sum(v.numel() for v in runs[0]["weights"].values())
-    print(f"model: {args.layers} layers, hidden {args.hidden}, {n_params / 1e6:.1f}M parameters; "
-          f"{args.steps} GRPO steps of 4 questions x 4 samples per role")
+    print(
+        f"model: {args.layers} layers, hidden {args.hidden}, {n_params / 1e6:.1f}M parameters; "
+        f"{args.steps} GRPO steps of 4 questions x 4 samples per role"
+    )
     base = runs[0]
     print(f"{'run':<44} {'s/step':>7} {'vs base':>8} {'peak MiB/process':>17} {'vs base':>8}")
     for r in runs:
-        print(f"{r['label']:<44} {step_time(r):7.2f} {step_time(base) / step_time(r):7.2f}x "
-              f"{peak_mib(r):17.0f} {peak_mib(r) / peak_mib(base):7.2f}x")
-    print(f"parameters after the steps, max |difference|: 2 processes vs 1: "
-          f"{max_diff(runs[0], runs[2]):.1e}; FSDP2 vs 1 (same pieces): "
-          f"{max_diff(runs[3], runs[4]):.1e}")
+        print(
+            f"{r['label']:<44} {step_time(r):7.2f} {step_time(base) / step_time(r):7.2f}x "
+            f"{peak_mib(r):17.0f} {peak_mib(r) / peak_mib(base):7.2f}x"
+        )
+    print(
+        f"parameters after the steps, max |difference|: 2 processes vs 1: "
+        f"{max_diff(runs[0], runs[2]):.1e}; FSDP2 vs 1 (same pieces): "
+        f"{max_diff(runs[3], runs[4]):.1e}"
+    )
     for name, tensors, params in (
         ("bench model", base["n_grad_tensors"], n_params),
         ("Qwen2.5-Coder-0.5B", QWEN_TENSORS, QWEN_PARAMS),
     ):
         for world in (2, 8):
             scalars, gather = collective_bytes(tensors, params, world)
-            print(f"{name}, {world} processes: PCGrad scalar all-reduce {scalars:,} B sent per "
-                  f"process vs full-gradient all-gather {gather:,} B ({gather / scalars:,.0f}x)")
+            print(
+                f"{name}, {world} processes: PCGrad scalar all-reduce {scalars:,} B sent per "
+                f"process vs full-gradient all-gather {gather:,} B ({gather / scalars:,.0f}x)"
+            )
 
 
 if __name__ == "__main__":

@@ -116,8 +116,9 @@ def sft(args, dist) -> None:
     if dist.is_main:
         from safetensors.torch import load_file
 
-        torch.save({"weights": load_file(out / "model.safetensors"), "losses": summary["losses"]},
-                   args.out)
+        torch.save(
+            {"weights": load_file(out / "model.safetensors"), "losses": summary["losses"]}, args.out
+        )
 
 
 if __name__ == "__main__":

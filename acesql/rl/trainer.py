@@ -171,8 +171,8 @@ class GrpoTrainer:
         self.checkpoints = Checkpoints(self.out_dir / "checkpoints", state_file=STATE_FILE)
         self.tracker = (tracker if dist.is_main else None) or NullTracker()
         self.eval_examples = eval_examples or []
-        default = str(dist.device) if dist.enabled else "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device or default)
+        default = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device or (str(dist.device) if dist.enabled else default))
         torch.manual_seed(seed)
         self.tokenizer = load_tokenizer(model_dir)
         self.prompts = PromptBuilder(self.tokenizer, reasoning, sample_values)

@@ -35,7 +35,6 @@ from acesql.models.precision import bf16_autocast_enabled
 from acesql.rl.loss import grpo_loss
 from acesql.rl.pcgrad import pcgrad_
 
-
 BUCKET = 1 << 24  # numbers per gradient all-reduce (64 MiB of fp32)
 
 

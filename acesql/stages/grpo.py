@@ -5,12 +5,13 @@
 With `distributed.processes` (times `nodes`) above 1 the stage relaunches itself under
 `torchrun`; each process rolls out its share of every step (`acesql.rl.trainer`).
 
-Reads `base`, `base_model`, `prompt`, `grpo` and `distributed`; `{models_dir}/sft`, `{data_dir}/rl/train.jsonl`
-and `{data_dir}/rl/initial_pool.json`; validates on a fixed slice of the prepared
-`grpo.eval_split`. Writes the model to `{models_dir}/grpo` (the best validated one under
-`best/`, checkpoints under `checkpoints/`, pool snapshots under `pool/`, per-step records in
-`steps.jsonl`, curves in `curves.png`) and `{models_dir}/grpo_metrics.json`. A killed run
-resumes from its last checkpoint, in the same MLflow run.
+Reads `base`, `base_model`, `prompt`, `grpo` and `distributed`; `{models_dir}/sft`,
+`{data_dir}/rl/train.jsonl` and `{data_dir}/rl/initial_pool.json`; validates on a fixed
+slice of the prepared `grpo.eval_split`. Writes the model to `{models_dir}/grpo` (the best
+validated one under `best/`, checkpoints under `checkpoints/`, pool snapshots under `pool/`,
+per-step records in `steps.jsonl`, curves in `curves.png`) and
+`{models_dir}/grpo_metrics.json`. A killed run resumes from its last checkpoint, in the same
+MLflow run.
 """
 
 from __future__ import annotations

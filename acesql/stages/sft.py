@@ -15,9 +15,9 @@ to `{models_dir}/sft` (checkpoints under `checkpoints/`, resumed after a kill) a
 from __future__ import annotations
 
 from acesql.data.loaders import parse_jsonl
+from acesql.distributed import process_rank
 from acesql.errors import DataError
 from acesql.sft.trainer import train_sft
-from acesql.distributed import process_rank
 from acesql.stages.common import relaunch, run_stage, write_metrics
 
 
