@@ -51,6 +51,7 @@ def main() -> None:
         return sft(args, dist)
     cfg = _cfg(
         questions_per_step=4,
+        epochs=args.steps,
         pcgrad_granularity=args.granularity,
         beta=0.01,
         schedule=False,

@@ -270,3 +270,26 @@ def test_the_grpo_stage_relaunches_itself_on_two_processes(tiny_model_dir, synth
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "was written by 2 processes" in proc.stderr
+
+
+def test_the_bench_counts_collective_bytes_as_a_ring_sends_them():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dist_bench", ROOT / "bench" / "dist_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # 2 tensors: 7 float64 scalars, a ring all-reduce over 2 sends them once (2 x 1/2)
+    assert bench.collective_bytes(2, 1000, 2) == (56, 2000)
+    # over 4 processes: 2 x 3/4 of 56 bytes, and 3/4 of the 4000-byte gradient
+    assert bench.collective_bytes(2, 1000, 4) == (84, 3000)
+    same = {
+        "weights": {"w": torch.ones(4)},
+        "records": [{"grad_norm": 2.0, "retriever/grad_norm": 1.0, "generator/grad_norm": 1.0}],
+    }
+    other = {
+        "weights": {"w": torch.tensor([1.0, 1.0, 1.0, 1.1])},
+        "records": [{"grad_norm": 2.2, "retriever/grad_norm": 1.0, "generator/grad_norm": 1.0}],
+    }
+    assert bench.disagreement(same, same) == (0.0, 0.0)
+    share, rel = bench.disagreement(same, other)
+    assert share == 0.25 and rel == pytest.approx(0.1)
