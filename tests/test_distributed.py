@@ -219,8 +219,8 @@ def test_a_dead_process_fails_the_job_with_a_message(tiny_model_dir, synth_dir, 
 @pytest.mark.slow
 def test_the_grpo_stage_relaunches_itself_on_two_processes(tiny_model_dir, synth_dir, tmp_path):
     """`python -m acesql.stages.grpo` with `distributed.processes: 2`: torchrun, one MLflow
-    run, the model and metrics written once, each process's RNG state in the checkpoint; the
-    same run with one process refuses that checkpoint, naming why."""
+    run, the model and metrics written once, each process's RNG state in the checkpoint; run
+    again, it resumes from that checkpoint; with one process it refuses it, naming why."""
     import json
 
     import yaml
@@ -264,6 +264,11 @@ def test_the_grpo_stage_relaunches_itself_on_two_processes(tiny_model_dir, synth
     runs = client.search_runs([experiment.experiment_id], filter_string="tags.stage = 'grpo'")
     assert len(runs) == 1
     assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "grpo/lambda")] == [1]
+
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # the same processes resume it
+    metrics = json.loads((tmp_path / "models" / "grpo_metrics.json").read_text())
+    assert metrics["resumed_from_step"] == 1 and metrics["steps"] == 1
 
     settings["distributed"] = {"processes": 1}
     params.write_text(yaml.safe_dump(settings))
