@@ -360,6 +360,13 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     help="Per column in schemas.",
 )
 @click.option(
+    "--sql-format",
+    type=click.Choice(["direct", "cocte"]),
+    default="direct",
+    show_default=True,
+    help="How the generator writes SQL: one query, or Chain-of-CTE steps.",
+)
+@click.option(
     "--engine",
     type=click.Choice(["transformers", "vllm"]),
     default="transformers",
@@ -415,6 +422,7 @@ def evaluate_model(
     maj_temperature,
     reasoning,
     sample_values,
+    sql_format,
     engine,
     batch_size,
     max_new_tokens,
@@ -486,7 +494,9 @@ def evaluate_model(
     )
     examples = load_dataset(dataset, fmt, split).examples
     examples = filter_examples(examples, max_examples=limit, seed=seed)
-    with Evaluator(cfg, seed=seed, reasoning=reasoning, sample_values=sample_values) as evaluator:
+    with Evaluator(
+        cfg, seed=seed, reasoning=reasoning, sample_values=sample_values, sql_format=sql_format
+    ) as evaluator:
         summary = evaluator.evaluate(
             examples, dataset=dataset, split=split, out=out, chunk_size=chunk_size
         )

@@ -248,6 +248,11 @@ class PromptSection(Section):
     max_prompt_tokens: int = Field(
         2048, ge=128, description="Longer prompts are dropped from training and counted."
     )
+    sql_format: Literal["direct", "cocte"] = Field(
+        "direct",
+        description="How the generator writes SQL: direct (one query) or cocte (Chain-of-CTE: "
+        "a rationale comment and one CTE per step, then a final SELECT; Reward-SQL).",
+    )
 
 
 class GenerationSection(Section):

@@ -168,3 +168,39 @@ def test_a_chain_renders_back_to_what_parses():
     parsed = parse_cocte(CHAIN)
     again = parse_cocte(render_cocte(parsed.steps, parsed.final_sql, parsed.final_rationale))
     assert again.steps == parsed.steps and again.final_sql == parsed.final_sql
+
+
+def test_cold_start_targets_in_chain_form_are_kept_when_they_execute_as_the_gold(
+    tiny_model_dir, synth_dir
+):
+    """sft_data's gold mode with `prompt.sql_format: cocte`: the generator is asked for steps
+    and its target is the verified chain; a chain that does not execute as the gold (here a
+    gold query broken on purpose, which no rewrite can match) leaves only the retriever's."""
+    from dataclasses import replace
+
+    from acesql.data.schemas import SchemaCache
+    from acesql.models.base_model import load_tokenizer
+    from acesql.models.prompts import PromptBuilder
+    from acesql.sft.data import build_gold
+    from acesql.sql.batch_executor import BatchExecutor
+    from acesql.sql.parsing import parse_sql
+
+    prompts = PromptBuilder(load_tokenizer(tiny_model_dir), sql_format="cocte")
+    examples = load_dataset(synth_dir, "synth", "train").examples[:5]
+    broken = replace(examples[0], sql="SELECT no_such_column FROM no_such_table")
+    with BatchExecutor(workers=1) as executor:
+        records, stats = build_gold(
+            [broken, *examples[1:]], prompts, SchemaCache(0), 100_000, executor, "multiset"
+        )
+    generator = [r for r in records if r["role"] == "generator"]
+    assert len(generator) == 4 and len(records) == 9
+    assert stats.to_dict()["dropped"]["generator"] == {"cocte_not_equivalent": 1}
+    for record in generator:
+        assert "chain of steps" in record["prompt"]
+        assert parse_cocte(record["response"]).ok
+        ex = next(e for e in examples if e.index == record["index"])
+        chain = parse_sql(record["response"])
+        ours, gold = execute(ex.db_path, chain), execute(ex.db_path, ex.sql)
+        assert sorted(map(repr, ours.rows)) == sorted(map(repr, gold.rows))
+    with pytest.raises(ValueError, match="executor"):
+        build_gold(examples, prompts, SchemaCache(0), 100_000)

@@ -20,9 +20,18 @@ from acesql.data.loaders import Example
 from acesql.eval.runner import CHUNK_SIZE, evaluate_in_memory, evaluate_to_folder
 
 
-def settings(cfg: EvaluateSection, *, seed: int, reasoning: bool, sample_values: int) -> dict:
+def settings(
+    cfg: EvaluateSection,
+    *,
+    seed: int,
+    reasoning: bool,
+    sample_values: int,
+    sql_format: str = "direct",
+) -> dict:
     """`evaluate_examples`' options plus what else changes the rows (engine, prompts)."""
+    named = {"sql_format": sql_format} if sql_format != "direct" else {}  # older folders resume
     return {
+        **named,
         "mode": cfg.match_mode,
         "retriever_samples": cfg.retriever_samples,
         "vote_threshold": cfg.vote_threshold,
@@ -47,6 +56,7 @@ class Evaluator:
         seed: int = 0,
         reasoning: bool = False,
         sample_values: int = 0,
+        sql_format: str = "direct",
         progress: bool = True,
     ):
         from acesql.models.base_model import load_tokenizer
@@ -56,8 +66,16 @@ class Evaluator:
 
         self.cfg = cfg
         self.progress = progress
-        self.settings = settings(cfg, seed=seed, reasoning=reasoning, sample_values=sample_values)
-        self.prompts = PromptBuilder(load_tokenizer(cfg.model), reasoning, sample_values)
+        self.settings = settings(
+            cfg,
+            seed=seed,
+            reasoning=reasoning,
+            sample_values=sample_values,
+            sql_format=sql_format,
+        )
+        self.prompts = PromptBuilder(
+            load_tokenizer(cfg.model), reasoning, sample_values, sql_format
+        )
         self.engine = open_engine(cfg.generation, cfg.model)
         self.executor = BatchExecutor(timeout_s=cfg.timeout_s)
 

@@ -20,6 +20,7 @@ import yaml
 from acesql.sql.schema import Schema, quote_identifier
 
 TEMPLATES = Path(__file__).parent / "templates" / "prompts.yaml"
+SQL_FORMATS = ("direct", "cocte")  # the generator's: one query, or Chain-of-CTE steps
 
 
 @cache
@@ -30,10 +31,19 @@ def templates() -> dict:
 class PromptBuilder:
     """Builds chat-formatted prompts for one tokenizer and prompt settings."""
 
-    def __init__(self, tokenizer, reasoning: bool = False, sample_values: int = 0):
+    def __init__(
+        self,
+        tokenizer,
+        reasoning: bool = False,
+        sample_values: int = 0,
+        sql_format: str = "direct",
+    ):
+        if sql_format not in SQL_FORMATS:
+            raise ValueError(f"sql_format must be one of {SQL_FORMATS}, got {sql_format!r}")
         self.tokenizer = tokenizer
         self.reasoning = reasoning
         self.sample_values = sample_values
+        self.sql_format = sql_format
         style = templates()["answer_style"]
         self.answer_style = style["reasoning" if reasoning else "direct"]
 
@@ -43,7 +53,8 @@ class PromptBuilder:
     def generator(
         self, schema: Schema, columns: Iterable[str] | None, question: str, evidence: str = ""
     ) -> str:
-        return self._chat("generator", self._schema(schema, columns), question, evidence)
+        role = "generator_cocte" if self.sql_format == "cocte" else "generator"
+        return self._chat(role, self._schema(schema, columns), question, evidence)
 
     def retriever_target(self, schema: Schema, columns: Iterable[str]) -> str:
         order = {cid: i for i, cid in enumerate(schema.column_ids)}

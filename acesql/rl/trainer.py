@@ -151,6 +151,7 @@ class GrpoTrainer:
         seed: int = 0,
         reasoning: bool = False,
         sample_values: int = 0,
+        sql_format: str = "direct",
         eval_examples: list[Example] | None = None,
         tracker: Tracker | None = None,
         device: str | None = None,
@@ -175,7 +176,7 @@ class GrpoTrainer:
         self.device = torch.device(device or (str(dist.device) if dist.enabled else default))
         torch.manual_seed(seed)
         self.tokenizer = load_tokenizer(model_dir)
-        self.prompts = PromptBuilder(self.tokenizer, reasoning, sample_values)
+        self.prompts = PromptBuilder(self.tokenizer, reasoning, sample_values, sql_format)
         self.schemas = SchemaCache(sample_values)
         self.model, self.ref = load_policy(
             model_dir, str(self.device), cfg.beta > 0, cfg.gradient_checkpointing

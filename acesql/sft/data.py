@@ -28,6 +28,7 @@ from acesql.data.schemas import SchemaCache, gold_columns
 from acesql.errors import SqlParseError
 from acesql.models.prompts import PromptBuilder
 from acesql.sql.batch_executor import BatchExecutor
+from acesql.sql.cocte import parse_cocte
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns
 from acesql.sql.parsing import format_ok, parse_columns, parse_sql
@@ -62,10 +63,21 @@ def _record(role, prompt, response, example) -> dict:
 
 
 def build_gold(
-    examples: list[Example], prompts: PromptBuilder, schemas: SchemaCache, max_prompt_tokens: int
+    examples: list[Example],
+    prompts: PromptBuilder,
+    schemas: SchemaCache,
+    max_prompt_tokens: int,
+    executor: BatchExecutor | None = None,
+    match_mode: str = "multiset",
 ) -> tuple[list[dict], SftStats]:
-    """Both roles' targets from the gold SQL and its column set."""
+    """Both roles' targets from the gold SQL and its column set.
+
+    With the generator writing Chain-of-CTE (`prompts.sql_format` "cocte"), its target is the
+    gold SQL rewritten into steps (`acesql.sql.to_cocte`), kept only when `executor` finds it
+    executes to the gold result; otherwise the question keeps its retriever target only.
+    """
     stats, records = SftStats(), []
+    targets = _generator_targets(examples, prompts, schemas, executor, match_mode, stats)
     for ex in examples:
         schema = schemas(ex)
         try:
@@ -82,16 +94,45 @@ def build_gold(
             (
                 "generator",
                 prompts.generator(schema, columns, ex.question, ex.evidence),
-                prompts.generator_target(ex.sql),
+                prompts.generator_target(targets[id(ex)]) if targets.get(id(ex)) else None,
             ),
         ]
         for role, prompt, response in pairs:
+            if response is None:
+                continue
             if not prompts.fits(prompt, max_prompt_tokens):
                 stats.dropped[(role, "prompt_too_long")] += 1
                 continue
             records.append(_record(role, prompt, response, ex))
             stats.kept[(role, ex.complexity)] += 1
     return records, stats
+
+
+def _generator_targets(examples, prompts, schemas, executor, match_mode, stats) -> dict:
+    """The generator's target SQL per example (by id): the gold, or its verified CoCTE form."""
+    if prompts.sql_format != "cocte":
+        return {id(ex): ex.sql for ex in examples}
+    if executor is None:
+        raise ValueError("CoCTE targets are verified by execution: pass an executor")
+    from acesql.sql.to_cocte import to_cocte
+
+    chains = {}
+    for ex in examples:
+        try:
+            chains[id(ex)] = to_cocte(ex.sql, schemas(ex))
+        except Exception:  # noqa: BLE001 - a rewrite sqlglot chokes on is one not kept
+            chains[id(ex)] = None
+    candidates = [ex for ex in examples if chains[id(ex)]]
+    checks = [(ex.db_path, chains[id(ex)], ex.sql) for ex in candidates]
+    verdicts = dict(zip(map(id, candidates), executor.match_many(checks, match_mode)))
+    targets = {}
+    for ex in examples:
+        verdict = verdicts.get(id(ex))
+        if verdict is not None and verdict.match.match:
+            targets[id(ex)] = chains[id(ex)]
+        else:
+            stats.dropped[("generator", "cocte_not_equivalent")] += 1
+    return targets
 
 
 def build_self_distilled(
@@ -154,6 +195,9 @@ def build_self_distilled(
                 continue
             if not format_ok(o, "generator", prompts.reasoning):
                 stats.dropped[("generator", "malformed")] += 1
+                continue
+            if prompts.sql_format == "cocte" and not parse_cocte(o.text).ok:
+                stats.dropped[("generator", "not_a_chain")] += 1
                 continue
             try:
                 matched_sets.append(extract_columns(parse_sql(o.text), schema))

@@ -18,7 +18,7 @@ Rules, applied in this order, each turning part of the query into a named step:
 
 Rationales are templated from each step's operation (what it selects, from which tables,
 which filter, grouping). The result is only a candidate: it must execute to the gold result
-(`acesql.sft.cocte_data` keeps it only then). A correlated subquery, which cannot stand
+(`acesql.sft.data.build_gold` keeps it only then). A correlated subquery, which cannot stand
 alone as a step, simply makes that candidate fail the check.
 """
 

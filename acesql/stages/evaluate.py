@@ -40,6 +40,7 @@ def work(s: dict, tracker, split: str | None = None) -> dict:
         seed=base.seed,
         reasoning=s["base_model"].reasoning,
         sample_values=s["prompt"].sample_values,
+        sql_format=s["prompt"].sql_format,
     ) as evaluator:
         for name in splits:
             examples = read_prepared(base.data_dir / "prepared" / f"{name}.jsonl")

@@ -101,6 +101,7 @@ def work(s: dict, tracker) -> dict:
         seed=base.seed,
         reasoning=s["base_model"].reasoning,
         sample_values=s["prompt"].sample_values,
+        sql_format=s["prompt"].sql_format,
         eval_examples=eval_examples,
         tracker=tracker,
         dist=dist,

@@ -43,7 +43,10 @@ def work(s: dict, tracker) -> dict:
         raise DataError("no train question left after rl_data.complexities / max_questions")
     gen = cfg.generation
     prompts = PromptBuilder(
-        load_tokenizer(model_dir), s["base_model"].reasoning, s["prompt"].sample_values
+        load_tokenizer(model_dir),
+        s["base_model"].reasoning,
+        s["prompt"].sample_values,
+        s["prompt"].sql_format,
     )
     engine = open_engine(gen, model_dir)
     bar = tqdm(total=len(examples), desc="rl_data", unit="question")

@@ -28,12 +28,20 @@ def work(s: dict, tracker) -> dict:
     model_dir = base.models_dir / "base"
     examples = read_prepared(base.data_dir / "prepared" / "train.jsonl")
     examples = filter_examples(examples, max_examples=cfg.max_examples, seed=base.seed)
+    p = s["prompt"]
     prompts = PromptBuilder(
-        load_tokenizer(model_dir), s["base_model"].reasoning, s["prompt"].sample_values
+        load_tokenizer(model_dir), s["base_model"].reasoning, p.sample_values, p.sql_format
     )
-    schemas = SchemaCache(s["prompt"].sample_values)
-    if cfg.mode == "gold":
-        records, stats = build_gold(examples, prompts, schemas, s["prompt"].max_prompt_tokens)
+    schemas = SchemaCache(p.sample_values)
+    if cfg.mode == "gold" and p.sql_format == "direct":
+        records, stats = build_gold(examples, prompts, schemas, p.max_prompt_tokens)
+    elif cfg.mode == "gold":  # Chain-of-CTE targets are kept when they execute as the gold
+        from acesql.sql.batch_executor import BatchExecutor
+
+        with BatchExecutor() as executor:
+            records, stats = build_gold(
+                examples, prompts, schemas, p.max_prompt_tokens, executor, cfg.match_mode
+            )
     else:
         from acesql.models.engine import open_engine
         from acesql.sql.batch_executor import BatchExecutor
