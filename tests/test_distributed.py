@@ -227,7 +227,7 @@ def test_the_grpo_stage_relaunches_itself_on_two_processes(tiny_model_dir, synth
     from mlflow import MlflowClient
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_grpo import _pool, _stage_project
+    from test_grpo import _rl_project
 
     from acesql.data.loaders import load_dataset
 
@@ -241,11 +241,7 @@ def test_the_grpo_stage_relaunches_itself_on_two_processes(tiny_model_dir, synth
         eval_questions=2,
         generation={"max_new_tokens": 8, "batch_size": 8},
     )
-    params = _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo)
-    rl = tmp_path / "data" / "rl"
-    rl.mkdir(parents=True)
-    (rl / "train.jsonl").write_text("".join(json.dumps(e.to_dict()) + "\n" for e in examples))
-    _pool(examples).save(rl / "initial_pool.json")
+    params = _rl_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo)
     settings = yaml.safe_load(params.read_text())
     settings["distributed"] = {"processes": 2, "timeout_s": 120}
     params.write_text(yaml.safe_dump(settings))

@@ -372,6 +372,17 @@ def _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo):
     return path
 
 
+def _rl_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo):
+    """A grpo-ready project: `_stage_project` plus rl_data's outputs (every example, the pool
+    seeded with its gold columns)."""
+    params = _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo)
+    rl = tmp_path / "data" / "rl"
+    rl.mkdir(parents=True)
+    (rl / "train.jsonl").write_text("".join(json.dumps(e.to_dict()) + "\n" for e in examples))
+    _pool(examples).save(rl / "initial_pool.json")
+    return params
+
+
 def _run(module, params, **kw):
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", TOKENIZERS_PARALLELISM="false")
     return subprocess.Popen(
@@ -470,11 +481,7 @@ def test_grpo_stage_resumes_after_sigkill(tmp_path, tiny_model_dir, synth_dir, e
         pool_snapshot_every=2,
         generation={"max_new_tokens": 12, "batch_size": 8},
     )
-    params = _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo)
-    rl = tmp_path / "data" / "rl"
-    rl.mkdir(parents=True)
-    (rl / "train.jsonl").write_text("".join(json.dumps(e.to_dict()) + "\n" for e in examples))
-    _pool(examples).save(rl / "initial_pool.json")
+    params = _rl_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo)
     ckpts = tmp_path / "models" / "grpo" / "checkpoints"
 
     proc = _run("acesql.stages.grpo", params)
