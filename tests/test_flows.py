@@ -563,7 +563,8 @@ def test_every_stage_has_a_flow_whose_parameter_is_its_section():
     for stage, stage_flow in flows.stages.STAGE_FLOWS.items():
         assert stage_flow.name == f"acesql-{stage}"
         schema = parameter_schema(stage_flow).model_dump()
-        assert list(schema["properties"]) == [stage, "force", "parent_run_id"]
+        training = ["distributed"] if stage in ("sft", "grpo") else []
+        assert list(schema["properties"]) == [stage, "force", "parent_run_id", *training]
         section = Params.model_fields[stage].annotation
         assert schema["properties"][stage]["anyOf"][0] == {
             "$ref": f"#/definitions/{section.__name__}"
