@@ -99,7 +99,7 @@ def test_prefect_deploy_creates_them(prefect_harness, tmp_path):
     sft = deployed["acesql-sft/gpu"]
     assert sft.work_pool_name == "gpu"
     schema = sft.parameter_openapi_schema
-    assert set(schema["properties"]) == {"sft", "force", "parent_run_id"}
+    assert set(schema["properties"]) == {"sft", "force", "parent_run_id", "distributed"}
     assert "learning_rate" in schema["definitions"]["SftSection"]["properties"]  # the UI's form
     # resolved on the worker when a run starts, not here
     assert sft.pull_steps == CONFIG["pull"]
