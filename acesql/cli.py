@@ -102,6 +102,68 @@ def _section(section_class, **values):
         raise click.UsageError(problems) from None
 
 
+def _selection_options(default_method: str):
+    """The `selection` params section as flags (`acesql eval`, `acesql ask`): start from
+    `--selection-params FILE`'s section when given, else the defaults with `default_method`;
+    each flag given overrides."""
+    options = [
+        click.option(
+            "--selection",
+            "method",
+            type=click.Choice(["greedy", "maj", "r3"]),
+            default=None,
+            help=f"How the answer is chosen among the candidates: the greedy answer, maj@n, "
+            f"or R3-SQL's groupwise ranking.  [default: {default_method}]",
+        ),
+        click.option(
+            "--candidates", type=click.IntRange(2), default=None, help="n: generator samples."
+        ),
+        click.option(
+            "--temperature",
+            type=float,
+            default=None,
+            callback=_finite_non_negative,
+            help="Sampling temperature of the candidates.  [default: 1.0]",
+        ),
+        click.option(
+            "--resample/--no-resample",
+            default=None,
+            help="r3: draw more candidates when the auditor finds no likely-correct SQL.",
+        ),
+        click.option(
+            "--resample-candidates",
+            type=COUNT,
+            default=None,
+            help="r3 resampling: new samples, more than --candidates.  [default: 16]",
+        ),
+        click.option(
+            "--selection-params",
+            type=click.Path(dir_okay=False),
+            callback=_regular_file,
+            help="Start from this params file's `selection` section.",
+        ),
+    ]
+
+    def wrap(f):
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return wrap
+
+
+def _selection(default_method: str, selection_params, **flags):
+    """The SelectionSection the flags of `_selection_options` describe."""
+    from acesql.config import SelectionSection, load_section
+
+    if selection_params:
+        base = load_section(selection_params, "selection").model_dump()
+    else:
+        base = {"method": default_method}
+    given = {k: v for k, v in flags.items() if v is not None}
+    return _section(SelectionSection, **{**base, **given})
+
+
 def _model_folder(ctx, param, value):
     # a path that does not exist would otherwise be looked up on the hub, slowly and with a
     # confusing error; a bare name (no slash, no leading dot) may still be a hub id
@@ -341,16 +403,7 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     show_default=True,
     help="When the retriever selects no column: an empty schema (the paper) or the whole one.",
 )
-@click.option(
-    "--maj-k",
-    default=0,
-    show_default=True,
-    type=NON_NEGATIVE,
-    help="maj@k: generator samples voted; 0: off.",
-)
-@click.option(
-    "--maj-temperature", default=1.0, show_default=True, type=float, callback=_finite_non_negative
-)
+@_selection_options("greedy")
 @click.option("--reasoning/--no-reasoning", default=False, show_default=True)
 @click.option(
     "--sample-values",
@@ -418,8 +471,12 @@ def evaluate_model(
     mode,
     retriever_samples,
     on_empty_vote,
-    maj_k,
-    maj_temperature,
+    method,
+    candidates,
+    temperature,
+    resample,
+    resample_candidates,
+    selection_params,
     reasoning,
     sample_values,
     sql_format,
@@ -436,10 +493,12 @@ def evaluate_model(
 ):
     """Evaluate MODEL in both roles on a dataset split and print the metrics.
 
-    Greedy pipeline EX, maj@k, generator ability, retriever scores, non-gold ratio and
-    tokens, per complexity. With --out, also per-question rows, BIRD-format predictions and
-    an HTML report. With --compare A B, print a side-by-side table of two evaluations and,
-    per split, their paired difference on the questions both scored.
+    Greedy pipeline EX, generator ability, retriever scores, non-gold ratio and tokens, per
+    complexity; with --selection maj also maj@n and candidate recall, with r3 also pointwise
+    best-of-n and groupwise ranking on the same n candidates. With --out, also per-question
+    rows, BIRD-format predictions and an HTML report. With --compare A B, print a
+    side-by-side table of two evaluations and, per split, their paired difference on the
+    questions both scored.
 
     The flags build the `evaluate` params section and run the evaluate stage's code
     (acesql.eval.session), so a folder this command leaves unfinished resumes by either.
@@ -482,8 +541,6 @@ def evaluate_model(
         on_empty_vote=on_empty_vote,
         timeout_s=timeout_s,
         match_mode=mode or DEFAULT_MODE[fmt],
-        maj_k=maj_k,
-        maj_temperature=maj_temperature,
         generation=GenerationSection(
             engine=engine,
             batch_size=batch_size,
@@ -492,10 +549,24 @@ def evaluate_model(
             bf16_autocast="auto" if bf16 is None else bf16,
         ),
     )
+    selection = _selection(
+        "greedy",
+        selection_params,
+        method=method,
+        candidates=candidates,
+        temperature=temperature,
+        resample=resample,
+        resample_candidates=resample_candidates,
+    )
     examples = load_dataset(dataset, fmt, split).examples
     examples = filter_examples(examples, max_examples=limit, seed=seed)
     with Evaluator(
-        cfg, seed=seed, reasoning=reasoning, sample_values=sample_values, sql_format=sql_format
+        cfg,
+        selection,
+        seed=seed,
+        reasoning=reasoning,
+        sample_values=sample_values,
+        sql_format=sql_format,
     ) as evaluator:
         summary = evaluator.evaluate(
             examples, dataset=dataset, split=split, out=out, chunk_size=chunk_size
@@ -735,10 +806,7 @@ def remote_setup(url, endpoint_url, name, repo, params_path):
 @cli.command("ask")
 @click.option("--model", required=True, type=click.Path(exists=True), help="Model folder.")
 @click.option("--db", "db", required=True, type=click.Path(), help="Any SQLite file (read only).")
-@click.option("--n", "n", default=8, show_default=True, type=COUNT, help="Generator candidates.")
-@click.option(
-    "--selection", type=click.Choice(["greedy", "maj", "r3"]), default="r3", show_default=True
-)
+@_selection_options("r3")
 @click.option("--mode", type=MODES, default="multiset", show_default=True, help="Result equality.")
 @click.option("--sample-values", default=0, show_default=True, type=NON_NEGATIVE)
 @click.option("--max-new-tokens", default=256, show_default=True, type=COUNT)
@@ -749,8 +817,12 @@ def remote_setup(url, endpoint_url, name, repo, params_path):
 def ask_command(
     model,
     db,
-    n,
-    selection,
+    method,
+    candidates,
+    temperature,
+    resample,
+    resample_candidates,
+    selection_params,
     mode,
     sample_values,
     max_new_tokens,
@@ -759,13 +831,25 @@ def ask_command(
     as_json,
     question,
 ):
-    """Answer QUESTION on the SQLite file DB with the trained pipeline: retriever, generator x N,
-    sandboxed execution, selection; print the chosen SQL and its rows (exit 1: no answer)."""
+    """Answer QUESTION on the SQLite file DB with the trained pipeline: retriever, generator x n,
+    sandboxed execution, selection; print the chosen SQL and its rows (exit 1: no answer).
+
+    The selection flags are the `selection` params section's (start from a project's with
+    --selection-params params.yaml)."""
     from acesql.agent.observation import render_observation
     from acesql.models.engine import load_engine
     from acesql.models.prompts import PromptBuilder
     from acesql.ranking.ask import ask, open_schema
 
+    selection = _selection(
+        "r3",
+        selection_params,
+        method=method,
+        candidates=candidates,
+        temperature=temperature,
+        resample=resample,
+        resample_candidates=resample_candidates,
+    )
     open_schema(db)  # a missing or foreign file fails before the model loads
     engine = load_engine("transformers", model, progress=False)
     try:
@@ -775,8 +859,7 @@ def ask_command(
             prompts,
             db,
             question,
-            n=n,
-            selection=selection,
+            selection,
             mode=mode,
             max_new_tokens=max_new_tokens,
         )
@@ -788,6 +871,7 @@ def ask_command(
                 "sql": answer.sql,
                 "result": answer.result.to_dict() if answer.result else None,
                 "columns": answer.columns,
+                "resampled": answer.resampled,
                 **({"candidates": answer.candidates, "groups": answer.groups} if explain else {}),
             }
         )
@@ -797,6 +881,8 @@ def ask_command(
             for i, (sql, result) in enumerate(zip(answer.candidates, answer.results)):
                 state = "ok" if result.ok else f"error: {result.error}"
                 click.echo(f"candidate {i} [{state}]: {sql or '(no SQL)'}")
+            if answer.resampled:
+                click.echo("the auditor found no likely-correct SQL: more candidates were drawn")
             for rank, group in enumerate(answer.groups, 1):
                 click.echo(f"group {rank}: {_json(group)}")
         if answer.sql is None:

@@ -597,16 +597,48 @@ class EvaluateSection(Section):
     match_mode: MatchMode = Field(
         "multiset", description="Execution match mode (multiset for synthetic data)."
     )
-    maj_k: int = Field(
-        8,
-        ge=0,
-        description="maj@k: generator samples per question voted by execution result; 0: off.",
-    )
-    maj_temperature: float = Field(1.0, gt=0, description="Sampling temperature of maj@k.")
     generation: GenerationSection = Field(
         default_factory=lambda: GenerationSection(temperature=0.0),
         description="Decoding settings (the roles decode greedily; temperature is ignored).",
     )
+
+
+class SelectionSection(Section):
+    """Test-time selection among generator candidates, read by `evaluate` and `acesql ask`.
+
+    The generator samples `candidates` SQL per question on the retriever's pruned schema;
+    `method` says how the answer is chosen among them: `greedy` samples nothing (the greedy
+    answer), `maj` votes by execution result (maj@n), `r3` ranks the execution groups with
+    the ranker role's judgments (`acesql.ranking.select`). Evaluation always reports the
+    greedy answer too, and with `r3` also maj@n and pointwise best-of-n on the same
+    candidates, so one run compares them at equal n.
+    """
+
+    method: Literal["greedy", "maj", "r3"] = Field(
+        "greedy", description="How the answer is chosen: greedy | maj | r3."
+    )
+    candidates: int = Field(8, ge=2, description="Generator samples per question (n).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the candidates.")
+    tau: float = Field(
+        0.05, ge=0, lt=0.5, description="r3: a pairwise P within tau of 0.5 is a tie."
+    )
+    resample: bool = Field(
+        False,
+        description="r3: an auditor judgment reads the pool; when it finds no likely-correct "
+        "SQL, draw `resample_candidates` more, keep the n best by pointwise score, rank again.",
+    )
+    resample_candidates: int = Field(16, ge=1, description="r3 resampling: new samples (m > n).")
+    audit_threshold: float = Field(
+        0.5, gt=0, lt=1, description="r3 resampling: the auditor's P(yes) under which it fires."
+    )
+
+    @model_validator(mode="after")
+    def _resampling_draws_more(self):
+        if self.resample and self.resample_candidates <= self.candidates:
+            raise ValueError(
+                "resample_candidates must exceed candidates: resampling draws a bigger pool"
+            )
+        return self
 
 
 class Params(Section):
@@ -647,6 +679,10 @@ class Params(Section):
     evaluate: EvaluateSection = Field(
         default_factory=EvaluateSection, description="The evaluate stage."
     )
+    selection: SelectionSection = Field(
+        default_factory=SelectionSection,
+        description="Choosing among generator candidates (evaluate, acesql ask).",
+    )
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
@@ -660,7 +696,8 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         raise ConfigError(_explain(exc, Params, (), path)) from exc
 
 
-OPTIONAL = ("distributed",)  # sections a params file may leave out: their defaults apply
+# sections a params file may leave out: their defaults apply
+OPTIONAL = ("distributed", "selection")
 
 
 def load_section(path: str | Path, name: str) -> Section:

@@ -269,13 +269,15 @@ def test_rows_file_is_written_whole_or_not_at_all(tmp_path):
         ["eval", "--max-new-tokens", "0"],
         ["eval", "--limit", "0"],
         ["eval", "--limit", "-3"],
-        ["eval", "--maj-k", "-2"],
+        ["eval", "--candidates", "1"],
+        ["eval", "--resample-candidates", "0"],
+        ["ask", "--candidates", "0"],
         ["eval", "--batch-size", "0"],
         ["data", "synth", "--dbs", "0"],
         ["sql", "exec", "--max-rows", "-1"],
-        ["eval", "--maj-temperature", "nan"],
-        ["eval", "--maj-temperature", "inf"],
-        ["eval", "--maj-temperature", "-1"],
+        ["eval", "--temperature", "nan"],
+        ["eval", "--temperature", "inf"],
+        ["eval", "--temperature", "-1"],
         ["pool", "replay", "--gamma", "nan"],
     ],
     ids=" ".join,
@@ -293,6 +295,7 @@ def test_bad_counts_are_one_line_errors(args, sample_dir, school_db, tmp_path):
         "data": ["--out", str(tmp_path / "synth")],
         "sql": ["--db", str(school_db), "SELECT 1"],
         "pool": ["--events", str(preds)],
+        "ask": ["--model", str(tmp_path), "--db", str(school_db), "How many?"],
     }[args[0]]
     result = CliRunner().invoke(cli, [*args, *rest])
     assert result.exit_code == 2, result.output

@@ -190,6 +190,28 @@ def test_maj_at_k_outvotes_a_wrong_greedy_answer(setup):
     assert {r["category"] for r in rows} == {"wrong_columns"}  # SELECT 12345 reads no column
 
 
+def test_r3_chooses_among_the_same_candidates_that_maj_votes_on(setup):
+    from tests.test_selection import Judge
+
+    examples, prompts = setup
+    examples = examples[:4]
+    # samples 1-2 agree on a wrong answer, 3 is the gold; the judge trusts the gold SQL
+    answers = {0: "SELECT 12345", 1: "SELECT 54321", 2: "SELECT 54321", 3: None}
+    engine = Scripted(examples, lambda ex, i: answers[i] or ex.sql)
+    judge = Judge({ex.sql for ex in examples})
+    selection = {"method": "r3", "tau": 0.05, "resample": False}
+    with BatchExecutor(workers=0) as executor:
+        summary, rows = evaluate_examples(
+            examples, engine, prompts, executor, maj_k=3, selection=selection, judge=judge
+        )
+    assert summary["maj_ex"] == 0.0 and summary["r3_ex"] == 1.0 and summary["point_ex"] == 1.0
+    assert summary["oracle_ex"] == 1.0 and summary["maj_given_recall"] == 0.0
+    assert summary["r3_given_recall"] == 1.0 and summary["r3_correct"] == 4
+    assert all(r["r3_sql"] == r["gold_sql"] and r["r3_judged_pairs"] == 1 for r in rows)
+    assert engine.prompts == 4 * 4  # retriever, pipeline, ability, the samples: no resampling
+    assert "r3rs_ex" not in summary
+
+
 def test_non_gold_ratio_counts_correct_sql_with_other_columns(setup, synth_dir):
     examples, prompts = setup
     # the gold SQL with an always-true condition on another column: same rows, other columns
@@ -360,7 +382,8 @@ def test_the_sft_default_on_50_spider_questions(spider_dir, tmp_path):
         pytest.skip("models/sft is missing: `make run` trains it")
     command = [sys.executable, "-m", "acesql.cli", "eval", "--model", str(model)]
     command += ["--dataset", str(spider_dir), "--format", "spider", "--limit", "50"]
-    command += ["--maj-k", "2", "--max-new-tokens", "128", "--out", str(tmp_path)]
+    command += ["--selection", "maj", "--candidates", "2", "--max-new-tokens", "128"]
+    command += ["--out", str(tmp_path)]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads(proc.stdout)

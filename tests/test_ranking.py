@@ -107,6 +107,7 @@ class ChatTokenizer:
 
 
 def test_ask_selects_by_majority_and_greedy(school_db):
+    from acesql.config import SelectionSection
     from acesql.models.prompts import PromptBuilder
     from acesql.ranking.ask import ask
 
@@ -116,9 +117,9 @@ def test_ask_selects_by_majority_and_greedy(school_db):
         ["SELECT COUNT(*) FROM student", "SELECT COUNT(StudentID) FROM student", "SELECT nope"],
     )
     question = "How many students are there?"
-    greedy = ask(engine, prompts, school_db, question, n=4, selection="greedy")
+    greedy = ask(engine, prompts, school_db, question, SelectionSection(candidates=4))
     assert greedy.sql == "SELECT COUNT(*) FROM course" and greedy.columns == ["student.name"]
-    voted = ask(engine, prompts, school_db, question, n=4, selection="maj")
+    voted = ask(engine, prompts, school_db, question, SelectionSection(method="maj", candidates=4))
     assert voted.sql == "SELECT COUNT(*) FROM student" and voted.result.rows == [(60,)]
     assert [g["size"] for g in voted.groups] == [1, 2]  # the failed candidate is in no group
 
@@ -135,7 +136,14 @@ def test_ask_command_is_read_only_and_says_what_is_wrong(school_db, tiny_model_d
 
     before = hashlib.sha256(school_db.read_bytes()).hexdigest()
     result = run(
-        "--db", str(school_db), "--n", "3", "--max-new-tokens", "8", "--explain", "How many?"
+        "--db",
+        str(school_db),
+        "--candidates",
+        "3",
+        "--max-new-tokens",
+        "8",
+        "--explain",
+        "How many?",
     )
     assert result.returncode in (0, 1), result.stderr[-2000:]
     assert "candidate 0" in result.stdout  # --explain lists what was generated

@@ -32,6 +32,10 @@ RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 PAIRED_SCORES = (
     ("pipeline_match", "pipeline EX"),
     ("maj_match", "maj@k EX"),
+    ("point_match", "pointwise best-of-k EX"),
+    ("r3_match", "r3 ranking EX"),
+    ("r3rs_match", "r3 + resampling EX"),
+    ("oracle_match", "candidate recall"),
     ("generator_match", "generator EX"),
     ("recall", "retriever recall"),
     ("covers_gold", "retriever covers gold"),

@@ -4,7 +4,9 @@
   an empty schema or, with `on_empty="full_schema"`, the whole one) -> pruned schema ->
   generator (greedy) -> execution match against the gold;
 - maj@k (k > 0): k generator samples on the same pruned schema vote with their execution
-  results (`acesql.eval.majority`);
+  results (`acesql.eval.majority`), with candidate recall (any of the k correct); with
+  `selection={"method": "r3", ...}` the same k are also chosen among by pointwise best-of-k
+  and R3-SQL's groupwise ranking, optionally with resampling (`acesql.eval.selection`);
 - generator ability: the generator alone, on the schema pruned to the gold SQL's columns;
 - retriever recall / precision / exact set match / gold coverage of the chosen columns.
 
@@ -17,9 +19,10 @@ from __future__ import annotations
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache, gold_columns
 from acesql.errors import SqlParseError
-from acesql.eval.majority import majority_vote
 from acesql.eval.metrics import failure_category, summarize
+from acesql.eval.selection import ranked_fields, vote_fields
 from acesql.models.prompts import PromptBuilder
+from acesql.ranking.judge import Context, LetterJudge
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns
@@ -39,10 +42,17 @@ def evaluate_examples(
     max_new_tokens: int = 256,
     maj_k: int = 0,
     maj_temperature: float = 1.0,
+    selection: dict | None = None,
+    judge=None,
     seed: int = 0,
     schemas: SchemaCache | None = None,
 ) -> tuple[dict, list[dict]]:
-    """Evaluate `examples` (usable ones) end to end; return (summary, rows)."""
+    """Evaluate `examples` (usable ones) end to end; return (summary, rows).
+
+    `selection` (with maj_k > 0): `{"method": "r3", "tau", "resample",
+    "resample_candidates", "audit_threshold"}` (the `selection` params section) adds the
+    ranker's choices, judged by `judge` (default: a `LetterJudge` on the engine's torch model,
+    so the transformers engine)."""
     schemas = schemas or SchemaCache(prompts.sample_values)
     unusable = [_unusable_row(e) for e in examples if e.unusable is not None]
     examples = [e for e in examples if e.unusable is None]
@@ -111,16 +121,33 @@ def evaluate_examples(
         )
         _retrieval_scores(row)
     if maj_k > 0:
-        _majority(
-            examples,
-            rows,
-            engine,
-            pipeline_prompts,
-            executor,
-            mode,
-            maj_k,
-            dict(temperature=maj_temperature, max_new_tokens=max_new_tokens, seed=seed),
+        sampling = dict(temperature=maj_temperature, max_new_tokens=max_new_tokens, seed=seed)
+        pools = _candidates(
+            examples, rows, engine, pipeline_prompts, executor, mode, maj_k, sampling
         )
+        if selection and selection.get("method") == "r3":
+            contexts = [
+                Context(
+                    ex.question,
+                    prompts.schema_text(schemas(ex), row["retrieved_columns"]),
+                    ex.evidence or "",
+                )
+                for ex, row in zip(examples, rows)
+            ]
+            judge = judge or LetterJudge(engine.model, engine.tokenizer)
+            _rank(
+                examples,
+                rows,
+                pools,
+                contexts,
+                judge,
+                engine,
+                pipeline_prompts,
+                executor,
+                mode,
+                sampling,
+                selection,
+            )
     for row in rows:
         row["category"] = failure_category(row)
     rows += unusable
@@ -142,24 +169,58 @@ def _unusable_row(ex: Example) -> dict:
     }
 
 
-def _majority(examples, rows, engine, prompts, executor, mode, k, sampling) -> None:
-    """maj@k on each row's pruned schema; adds maj_* fields to the rows."""
+def _candidates(examples, rows, engine, prompts, executor, mode, k, sampling) -> list[tuple]:
+    """k generator samples per row's pruned schema, run and matched; adds maj@k's fields and
+    candidate recall to the rows; returns each row's (SQLs, verdicts)."""
     samples = engine.generate(prompts, n=k, **sampling)
     sqls = [[parse_sql(c.text) or "" for c in group] for group in samples]
     checks = [(e.db_path, s, e.sql) for e, group in zip(examples, sqls) for s in group]
     verdicts = executor.match_many(checks, mode, keep_rows=True)
+    pools = []
     for i, row in enumerate(rows):
         mine = verdicts[i * k : (i + 1) * k]
-        vote = majority_vote(sqls[i], [v.pred for v in mine], mode)
+        row.update(vote_fields(sqls[i], mine, mode))
+        row["maj_tokens"] = sum(len(c.token_ids) for c in samples[i]) / k
+        pools.append((sqls[i], mine))
+    return pools
+
+
+def _rank(
+    examples, rows, pools, contexts, judge, engine, prompts, executor, mode, sampling, selection
+):
+    """R3-SQL's choices among each row's candidates (`acesql.eval.selection`)."""
+    for i, (ex, row, (sqls, verdicts), context) in enumerate(zip(examples, rows, pools, contexts)):
+        resample = None
+        if selection.get("resample"):
+            resample = _resampler(ex, engine, prompts[i], executor, mode, sampling)
         row.update(
-            maj_k=k,
-            maj_sql=sqls[i][vote.winner] if vote.winner is not None else None,
-            maj_match=bool(vote.winner is not None and mine[vote.winner].match.match),
-            maj_votes=vote.votes,
-            maj_valid=vote.valid,
-            maj_groups=vote.groups,
-            maj_tokens=sum(len(c.token_ids) for c in samples[i]) / k,
+            ranked_fields(
+                context,
+                sqls,
+                verdicts,
+                judge,
+                mode,
+                tau=selection.get("tau", 0.05),
+                resample=resample,
+                resample_candidates=selection.get("resample_candidates", 16),
+                audit_threshold=selection.get("audit_threshold", 0.5),
+            )
         )
+
+
+def _resampler(ex, engine, prompt, executor, mode, sampling):
+    """m -> m fresh candidates for one question (another seed), run and matched."""
+
+    def resample(m: int):
+        params = {**sampling, "seed": sampling.get("seed", 0) + 7919}
+        (outputs,) = engine.generate([prompt], n=m, **params)
+        sqls = [parse_sql(c.text) or "" for c in outputs]
+        verdicts = executor.match_many(
+            [(ex.db_path, s, ex.sql) for s in sqls], mode, keep_rows=True
+        )
+        return sqls, verdicts
+
+    return resample
 
 
 def _reason(sql, verdict) -> str:

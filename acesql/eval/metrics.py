@@ -3,7 +3,12 @@
 Each score comes with the count it is a share of. Overall and per complexity level:
 
 - `pipeline_ex`: greedy retriever -> generator, execution match; `maj_ex`: maj@k on the same
-  pruned schema (when k > 0); `generator_ex`: the generator on the gold columns' schema;
+  pruned schema (when k > 0), with `oracle_ex` (candidate recall: any of the k correct) and
+  `maj_given_recall` (maj@k's accuracy on the questions with a correct candidate); with the
+  r3 selection also `point_ex` (pointwise best-of-k), `r3_ex` (groupwise ranking),
+  `r3_given_recall`, `r3_point_spread` and, with resampling, `r3rs_ex`, `r3rs_fired`,
+  `r3rs_generated` (candidates per question) and `r3rs_oracle_ex` (recall of the pool ranked);
+  `generator_ex`: the generator on the gold columns' schema;
 - retriever: recall, precision, exact set match of the chosen columns against the gold SQL's,
   and `covers_gold` (every gold column chosen);
 - `non_gold_ratio`: share of correct pipeline predictions whose columns differ from the gold
@@ -32,6 +37,10 @@ SCORE_LABELS = (
     ("usable", "questions"),
     ("pipeline_ex", "pipeline EX"),
     ("maj_ex", "maj@k"),
+    ("point_ex", "pointwise best-of-k"),
+    ("r3_ex", "r3 ranking"),
+    ("r3rs_ex", "r3 + resampling"),
+    ("oracle_ex", "candidate recall"),
     ("generator_ex", "generator EX"),
     ("retriever_recall", "recall"),
     ("retriever_precision", "precision"),
@@ -42,6 +51,8 @@ SCORE_LABELS = (
 )
 COUNTS = {"usable", "tokens_per_query"}
 CORRECT_OF = {"pipeline_ex": "pipeline_correct", "maj_ex": "maj_correct"}
+CORRECT_OF |= {"point_ex": "point_correct", "r3_ex": "r3_correct", "r3rs_ex": "r3rs_correct"}
+CORRECT_OF["oracle_ex"] = "oracle_correct"
 CORRECT_OF["generator_ex"] = "generator_correct"
 
 # difficulty labels of the synthetic data, Spider and BIRD, easiest first; others sort after
@@ -153,8 +164,36 @@ def scores(rows: list[dict]) -> dict:
     }
     if voted:
         out["maj_k"] = voted[0]["maj_k"]
-        out["maj_correct"] = sum(bool(r["maj_match"]) for r in voted)
-        out["maj_ex"] = _mean(voted, "maj_match")
+        out |= _selection_scores(voted)
+    return out
+
+
+def _selection_scores(voted: list[dict]) -> dict:
+    """maj@k and, where the rows have them, r3's choices, each as EX and correct count, and
+    as accuracy on the questions with a correct candidate (selection given recall)."""
+    out = {}
+    recalled = [r for r in voted if r.get("oracle_match")]
+    for prefix, field in (("maj", "maj_match"), ("point", "point_match"), ("r3", "r3_match")):
+        chosen = [r for r in voted if r.get(field) is not None]
+        if not chosen:
+            continue
+        out[f"{prefix}_correct"] = sum(bool(r[field]) for r in chosen)
+        out[f"{prefix}_ex"] = _mean(chosen, field)
+        if prefix != "point" and any("oracle_match" in r for r in chosen):
+            out[f"{prefix}_given_recall"] = _mean(recalled, field)
+    if any("oracle_match" in r for r in voted):
+        out["oracle_correct"] = sum(bool(r.get("oracle_match")) for r in voted)
+        out["oracle_ex"] = _mean(voted, "oracle_match")
+    spreads = [r for r in voted if r.get("r3_point_spread") is not None]
+    if spreads:
+        out["r3_point_spread"] = _mean(spreads, "r3_point_spread")
+    resampled = [r for r in voted if r.get("r3rs_match") is not None]
+    if resampled:
+        out["r3rs_correct"] = sum(bool(r["r3rs_match"]) for r in resampled)
+        out["r3rs_ex"] = _mean(resampled, "r3rs_match")
+        out["r3rs_fired"] = _mean(resampled, "r3rs_fired")
+        out["r3rs_generated"] = _mean(resampled, "r3rs_generated", 2)
+        out["r3rs_oracle_ex"] = _mean(resampled, "r3rs_oracle")
     return out
 
 

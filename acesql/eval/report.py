@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from acesql.eval.metrics import CORRECT_OF, COUNTS, FAILURE_CATEGORIES, SCORE_LABELS  # noqa: E402
 
 EXAMPLES_PER_CATEGORY = 3
-COLORS = {"pipeline": "#3b6fb6", "maj": "#8a5cc2", "generator": "#e08a2c"}
+COLORS = {"pipeline": "#3b6fb6", "maj": "#8a5cc2", "r3": "#2f9e7a", "generator": "#e08a2c"}
 FAILURE_HELP = {
     "no_sql": "The generator's answer holds no SQL block.",
     "syntax_error": "SQLite could not parse the SQL.",
@@ -67,11 +67,14 @@ def _groups(summary: dict) -> dict:
 
 
 def ex_by_complexity_figure(summary: dict):
-    """Grouped bars: pipeline EX, maj@k (when run) and generator EX per level and overall."""
+    """Grouped bars: pipeline EX, maj@k and r3 ranking (when run) and generator EX per level
+    and overall."""
     groups = _groups(summary)
     series = [("pipeline", "pipeline_ex", "pipeline_correct", "pipeline EX")]
     if "maj_ex" in summary:
         series.append(("maj", "maj_ex", "maj_correct", f"maj@{summary['maj_k']}"))
+    if "r3_ex" in summary:
+        series.append(("r3", "r3_ex", "r3_correct", f"r3 ranking of {summary['maj_k']}"))
     series.append(("generator", "generator_ex", "generator_correct", "generator (gold columns)"))
     width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups) + 2), 3.8))
@@ -170,6 +173,11 @@ def _cards(summary: dict) -> str:
     if "maj_ex" in summary:
         cards.append(
             (f"maj@{summary['maj_k']} EX", _pct(summary["maj_ex"]), f"{summary['maj_correct']}/{n}")
+        )
+    if "r3_ex" in summary:
+        recall = f"candidate recall {_pct(summary.get('oracle_ex'))}"
+        cards.append(
+            ("r3 ranking EX", _pct(summary["r3_ex"]), f"{summary['r3_correct']}/{n}; {recall}")
         )
     cards += [
         (

@@ -54,7 +54,7 @@ def evaluate_to_folder(
     """Evaluate `examples`, resuming a killed run of the same job; write the folder.
 
     `settings` are `evaluate_examples`' keyword arguments (mode, retriever_samples,
-    vote_threshold, max_new_tokens, maj_k, maj_temperature, seed) plus anything else that
+    vote_threshold, max_new_tokens, maj_k, maj_temperature, selection, seed) plus anything else that
     changes the results (e.g. the engine's precision); all of it enters the fingerprint.
     """
     out = Path(out_dir)
@@ -158,6 +158,7 @@ _EVAL_ARGS = {
     "max_new_tokens",
     "maj_k",
     "maj_temperature",
+    "selection",
     "seed",
 }
 

@@ -1,11 +1,12 @@
 """One evaluation set-up, built from the `evaluate` params section, shared by the DVC stage
 and `acesql eval`:
 
-    with Evaluator(cfg, seed=0, reasoning=False, sample_values=0) as evaluator:
+    with Evaluator(cfg, selection, seed=0, reasoning=False, sample_values=0) as evaluator:
         summary = evaluator.evaluate(examples, dataset="data/prepared", split="dev", out=folder)
 
 The model is loaded once in both roles (`cfg.generation` picks the engine), with the prompt
-builder of its tokenizer and one SQL executor (`cfg.timeout_s`). `evaluate` scores a list of
+builder of its tokenizer and one SQL executor (`cfg.timeout_s`); `selection` (the `selection`
+params section) says how many candidates are sampled and chosen among. `evaluate` scores a list of
 questions: into a restartable result folder when `out` is given (`acesql.eval.runner`),
 else in memory. `settings(cfg, ...)` is what decides the results, and so what a result folder's
 resume fingerprint covers: the stage and the command line fingerprint alike.
@@ -15,21 +16,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acesql.config import EvaluateSection
+from acesql.config import EvaluateSection, SelectionSection
 from acesql.data.loaders import Example
+from acesql.errors import ConfigError
 from acesql.eval.runner import CHUNK_SIZE, evaluate_in_memory, evaluate_to_folder
 
 
 def settings(
     cfg: EvaluateSection,
+    selection: SelectionSection | None = None,
     *,
     seed: int,
     reasoning: bool,
     sample_values: int,
     sql_format: str = "direct",
 ) -> dict:
-    """`evaluate_examples`' options plus what else changes the rows (engine, prompts)."""
-    named = {"sql_format": sql_format} if sql_format != "direct" else {}  # older folders resume
+    """`evaluate_examples`' options plus what else changes the rows (engine, prompts).
+
+    Keys only a non-default choice needs are left out when unused, so result folders of
+    earlier versions keep their fingerprint and resume."""
+    selection = selection or SelectionSection()
+    named = {"sql_format": sql_format} if sql_format != "direct" else {}
+    if selection.method == "r3":
+        named["selection"] = selection.model_dump(
+            include={"method", "tau", "resample", "resample_candidates", "audit_threshold"}
+        )
     return {
         **named,
         "mode": cfg.match_mode,
@@ -37,8 +48,8 @@ def settings(
         "vote_threshold": cfg.vote_threshold,
         "on_empty": cfg.on_empty_vote,
         "max_new_tokens": cfg.generation.max_new_tokens,
-        "maj_k": cfg.maj_k,
-        "maj_temperature": cfg.maj_temperature,
+        "maj_k": selection.candidates if selection.method != "greedy" else 0,
+        "maj_temperature": selection.temperature,
         "seed": seed,
         "engine": cfg.generation.model_dump(mode="json"),
         "reasoning": reasoning,
@@ -52,6 +63,7 @@ class Evaluator:
     def __init__(
         self,
         cfg: EvaluateSection,
+        selection: SelectionSection | None = None,
         *,
         seed: int = 0,
         reasoning: bool = False,
@@ -66,8 +78,18 @@ class Evaluator:
 
         self.cfg = cfg
         self.progress = progress
+        if (
+            selection is not None
+            and selection.method == "r3"
+            and cfg.generation.engine != "transformers"
+        ):
+            raise ConfigError(
+                "selection.method r3 reads the ranker's judgments from the model's next-token "
+                "probabilities: set evaluate.generation.engine to transformers"
+            )
         self.settings = settings(
             cfg,
+            selection,
             seed=seed,
             reasoning=reasoning,
             sample_values=sample_values,

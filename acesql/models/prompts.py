@@ -48,13 +48,13 @@ class PromptBuilder:
         self.answer_style = style["reasoning" if reasoning else "direct"]
 
     def retriever(self, schema: Schema, question: str, evidence: str = "") -> str:
-        return self._chat("retriever", self._schema(schema, None), question, evidence)
+        return self._chat("retriever", self.schema_text(schema, None), question, evidence)
 
     def generator(
         self, schema: Schema, columns: Iterable[str] | None, question: str, evidence: str = ""
     ) -> str:
         role = "generator_cocte" if self.sql_format == "cocte" else "generator"
-        return self._chat(role, self._schema(schema, columns), question, evidence)
+        return self._chat(role, self.schema_text(schema, columns), question, evidence)
 
     def retriever_target(self, schema: Schema, columns: Iterable[str]) -> str:
         order = {cid: i for i, cid in enumerate(schema.column_ids)}
@@ -71,12 +71,14 @@ class PromptBuilder:
         """Whether the chat-formatted `prompt` is at most `max_tokens` tokens long."""
         return len(self.tokenizer(prompt, add_special_tokens=False).input_ids) <= max_tokens
 
+    def schema_text(self, schema: Schema, columns: Iterable[str] | None) -> str:
+        """The schema as a role's prompt shows it (`columns`: the pruned set; None: all)."""
+        return schema.render(columns, samples=self.sample_values > 0)
+
     # ---------------------------------------------------------------- private
     def _think(self) -> str:
         return "<think>\n</think>\n" if self.reasoning else ""
 
-    def _schema(self, schema: Schema, columns) -> str:
-        return schema.render(columns, samples=self.sample_values > 0)
 
     def _chat(self, role: str, schema_text: str, question: str, evidence: str) -> str:
         t = templates()[role]

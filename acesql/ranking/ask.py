@@ -1,15 +1,16 @@
 """`acesql ask`: the trained pipeline on any SQLite file, one question.
 
-    answer = ask(engine, prompts, "shop.sqlite", "Which customer spent most?", n=8,
-                 selection="r3")
+    answer = ask(engine, prompts, "shop.sqlite", "Which customer spent most?",
+                 SelectionSection(method="r3", candidates=8))
     answer.sql, answer.result, answer.groups
 
 Schema introspection, the retriever (greedy) and its column vote (an empty vote shows the
-generator the whole schema: a user's question deserves an attempt), the generator sampled
-n times on the pruned schema (plus its greedy answer, candidate 0), every candidate run in
-the read-only sandbox, then the selection: `greedy` (candidate 0), `maj` (the largest group
-of equal results) or `r3` (groupwise ranking, `acesql.ranking.select`). The user's file is
-only ever opened read-only.
+generator the whole schema: a user's question deserves an attempt), the generator's greedy
+answer (candidate 0) and n - 1 samples on the pruned schema, every candidate run in the
+read-only sandbox, then the `selection` params section's method: `greedy` (candidate 0),
+`maj` (the largest group of equal results) or `r3` (groupwise ranking,
+`acesql.ranking.select`; with `resample`, agentic resampling first). The user's file is only
+ever opened read-only.
 """
 
 from __future__ import annotations
@@ -18,16 +19,15 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from acesql.config import SelectionSection
 from acesql.errors import DataError
 from acesql.eval.majority import group_results, majority_vote
 from acesql.ranking.judge import Context, LetterJudge
-from acesql.ranking.select import select_groupwise
+from acesql.ranking.select import select_groupwise, select_with_resampling
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.parsing import parse_columns, parse_sql
 from acesql.sql.sandbox import ExecResult, execute
 from acesql.sql.schema import Schema
-
-SELECTIONS = ("greedy", "maj", "r3")
 
 
 @dataclass
@@ -38,6 +38,7 @@ class Answer:
     candidates: list[str] = field(default_factory=list)
     results: list[ExecResult] = field(default_factory=list)
     groups: list[dict] = field(default_factory=list)  # for --explain
+    resampled: bool = False  # r3 with resampling: the auditor fired and more were drawn
 
 
 def open_schema(db_path: str | Path, sample_values: int = 0) -> Schema:
@@ -62,16 +63,14 @@ def ask(
     prompts,
     db_path: str | Path,
     question: str,
+    selection: SelectionSection | None = None,
     *,
-    n: int = 8,
-    selection: str = "r3",
     mode: str = "multiset",
     max_new_tokens: int = 256,
     timeout_s: float = 30.0,
     seed: int = 0,
 ) -> Answer:
-    if selection not in SELECTIONS:
-        raise DataError(f"unknown selection {selection!r}; choose one of {list(SELECTIONS)}")
+    selection = selection or SelectionSection(method="r3")
     schema = open_schema(db_path, prompts.sample_values)
     (retrieved,) = engine.generate(
         [prompts.retriever(schema, question)], n=1, temperature=0.0, max_new_tokens=max_new_tokens
@@ -79,34 +78,66 @@ def ask(
     parsed = parse_columns(retrieved[0].text, schema)
     columns, _ = vote_columns([parsed.columns if parsed.ok else None], schema, 0.5, "full_schema")
     prompt = prompts.generator(schema, columns, question)
+
+    def sample(n: int, seed: int) -> tuple[list[str], list[ExecResult]]:
+        (outputs,) = engine.generate(
+            [prompt],
+            n=n,
+            temperature=selection.temperature,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+        )
+        sqls = [parse_sql(c.text) or "" for c in outputs]
+        return sqls, [_run(db_path, sql, timeout_s) for sql in sqls]
+
     greedy = engine.generate([prompt], n=1, temperature=0.0, max_new_tokens=max_new_tokens)[0]
-    samples = []
-    if selection != "greedy" and n > 1:
-        samples = engine.generate(
-            [prompt], n=n - 1, temperature=1.0, max_new_tokens=max_new_tokens, seed=seed
-        )[0]
-    sqls = [parse_sql(c.text) or "" for c in [*greedy, *samples]]
-    results = [
-        execute(db_path, sql, timeout_s=timeout_s) if sql else ExecResult(ok=False, error="no SQL")
-        for sql in sqls
-    ]
+    sqls = [parse_sql(greedy[0].text) or ""]
+    results = [_run(db_path, sqls[0], timeout_s)]
+    if selection.method != "greedy":
+        more_sqls, more_results = sample(selection.candidates - 1, seed)
+        sqls, results = sqls + more_sqls, results + more_results
     answer = Answer(None, None, sorted(columns), sqls, results)
-    if selection == "greedy":
+    if selection.method == "greedy":
         index = 0 if sqls[0] else None
-    elif selection == "maj":
+    elif selection.method == "maj":
         index = majority_vote(sqls, results, mode).winner
         answer.groups = [{"members": g, "size": len(g)} for g in group_results(sqls, results, mode)]
     else:
         judge = LetterJudge(engine.model, engine.tokenizer)
-        context = Context(question, schema.render(columns, samples=prompts.sample_values > 0))
-        choice = select_groupwise(context, sqls, results, judge, mode)
+        context = Context(question, prompts.schema_text(schema, columns))
+        kept = list(range(len(sqls)))  # the pool ranked, as indices over every candidate
+        if selection.resample:
+            drawn: list = []
+
+            def resample(m: int):
+                new = sample(m, seed + 1)
+                drawn.append(new)
+                return new
+
+            out = select_with_resampling(
+                context,
+                sqls,
+                results,
+                judge,
+                resample,
+                selection.resample_candidates,
+                selection.audit_threshold,
+                mode,
+                selection.tau,
+            )
+            choice, answer.resampled, kept = out.choice, out.fired, out.kept
+            for new_sqls, new_results in drawn:
+                sqls, results = sqls + new_sqls, results + new_results
+            answer.candidates, answer.results = sqls, results
+        else:
+            choice = select_groupwise(context, sqls, results, judge, mode, selection.tau)
         index = choice.index
         answer.groups = [
             {
-                "members": g.members,
+                "members": [kept[i] for i in g.members],
                 "preference": g.preference,
                 "utility": round(g.utility, 4),
-                "best": g.best,
+                "best": kept[g.best],
                 "empty_result": empty,
             }
             for g, empty in zip(choice.ranked, choice.empty)
@@ -114,3 +145,9 @@ def ask(
     if index is not None:
         answer.sql, answer.result = sqls[index], results[index]
     return answer
+
+
+def _run(db_path, sql: str, timeout_s: float) -> ExecResult:
+    return (
+        execute(db_path, sql, timeout_s=timeout_s) if sql else ExecResult(ok=False, error="no SQL")
+    )

@@ -61,6 +61,7 @@ class Resampled:
     fired: bool  # the auditor found no likely-correct SQL and new candidates were drawn
     audit: float  # the auditor's P(yes) on the first pool
     generated: int  # candidates generated in all (n, or n + m when it fired)
+    kept: list[int] = field(default_factory=list)  # the ranked pool: indices over old + new
 
 
 def select_with_resampling(
@@ -88,7 +89,11 @@ def select_with_resampling(
     audit = judge.audit(context, pool) if pool else 0.0
     if audit >= threshold:
         return Resampled(
-            select_groupwise(context, sqls, results, judge, mode, tau), False, audit, n
+            select_groupwise(context, sqls, results, judge, mode, tau),
+            False,
+            audit,
+            n,
+            list(range(n)),
         )
     new_sqls, new_results = resample(m)
     all_sqls, all_results = [*sqls, *new_sqls], [*results, *new_results]
@@ -102,4 +107,4 @@ def select_with_resampling(
     choice = select_groupwise(context, kept_sqls, kept_results, judge, mode, tau)
     if choice.index is not None:
         choice.index = keep[choice.index]
-    return Resampled(choice, True, audit, n + m)
+    return Resampled(choice, True, audit, n + m, keep)

@@ -2,10 +2,12 @@
 
     python -m acesql.stages.evaluate [--params params.yaml] [--split dev]
 
-Reads `base`, `base_model`, `prompt` and `evaluate`; the model at `evaluate.model` and the
-prepared split(s) (`--split`, or every split of `evaluate.splits`). For each split writes
-`{results_dir}/<split>/`: `metrics.json` (the DVC metrics file: pipeline EX, maj@k, generator
-ability, retriever scores, non-gold ratio, tokens, failures, per complexity), `rows.jsonl`,
+Reads `base`, `base_model`, `prompt`, `evaluate` and `selection`; the model at
+`evaluate.model` and the prepared split(s) (`--split`, or every split of `evaluate.splits`).
+For each split writes `{results_dir}/<split>/`: `metrics.json` (the DVC metrics file:
+pipeline EX, the selection's scores (maj@n, candidate recall; with r3 also pointwise
+best-of-n and groupwise ranking), generator ability, retriever scores, non-gold ratio,
+tokens, failures, per complexity), `rows.jsonl`,
 `predict_dev.json` (BIRD's format) and `report.html`; logs the numbers and files to MLflow.
 A killed evaluation resumes where it stopped (`acesql.eval.runner`).
 """
@@ -21,7 +23,7 @@ from acesql.eval.compare import flat_summary
 from acesql.eval.session import Evaluator
 from acesql.stages.common import run_stage
 
-SECTIONS = ("base", "base_model", "prompt", "evaluate")
+SECTIONS = ("base", "base_model", "prompt", "evaluate", "selection")
 REPORT_FILES = ("metrics.json", "rows.jsonl", "predict_dev.json", "report.html")
 
 
@@ -37,6 +39,7 @@ def work(s: dict, tracker, split: str | None = None) -> dict:
     metrics = {}
     with Evaluator(
         cfg,
+        s["selection"],
         seed=base.seed,
         reasoning=s["base_model"].reasoning,
         sample_values=s["prompt"].sample_values,

@@ -1,0 +1,109 @@
+"""Choosing among one question's generator candidates, scored against the gold answer.
+
+    fields = vote_fields(sqls, verdicts, mode)                  # maj@n and candidate recall
+    fields |= ranked_fields(context, sqls, verdicts, judge, mode, tau=0.05)   # r3
+
+Every candidate has already been executed and matched (`BatchExecutor.match_many`), so each
+method's answer is scored by looking its verdict up; nothing is run twice. On the same n
+candidates:
+
+- `maj_*`: the largest group of equal results (maj@n, the ACE-SQL paper's test-time scaling);
+- `oracle_match`: whether any candidate is correct (candidate recall: no selection can do
+  better than this);
+- `point_*`: pointwise best-of-n, the candidate with the ranker's highest P(right);
+- `r3_*`: R3-SQL's groupwise ranking (`acesql.ranking.select`), with `r3_point_spread`, the
+  mean spread (max - min) of pointwise scores inside groups of equal results: the
+  inconsistency that judging groups instead of single candidates removes;
+- `r3rs_*` (when `resample` is given): ranking after agentic resampling, with whether the
+  auditor fired, how many candidates were generated, and the recall of the pool ranked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from acesql.eval.majority import majority_vote
+from acesql.ranking.judge import Context
+from acesql.ranking.select import select_groupwise, select_with_resampling
+
+# m -> (m new SQL, their verdicts): fresh candidates for one question, already matched
+Resample = Callable[[int], tuple[list[str], list]]
+
+
+def vote_fields(sqls: list[str], verdicts: list, mode: str) -> dict:
+    """maj@n of one question's candidates, and whether any of them is correct."""
+    vote = majority_vote(sqls, [v.pred for v in verdicts], mode)
+    return {
+        "maj_k": len(sqls),
+        "maj_sql": sqls[vote.winner] if vote.winner is not None else None,
+        "maj_match": bool(vote.winner is not None and verdicts[vote.winner].match.match),
+        "maj_votes": vote.votes,
+        "maj_valid": vote.valid,
+        "maj_groups": vote.groups,
+        "oracle_match": any(v.match.match for v in verdicts),
+    }
+
+
+def ranked_fields(
+    context: Context,
+    sqls: list[str],
+    verdicts: list,
+    judge,
+    mode: str,
+    *,
+    tau: float = 0.05,
+    resample: Resample | None = None,
+    resample_candidates: int = 16,
+    audit_threshold: float = 0.5,
+) -> dict:
+    """Pointwise best-of-n, groupwise ranking and, with `resample`, ranking after agentic
+    resampling, each scored by its candidate's verdict (see the module doc). `judge` is a
+    `LetterJudge`; its cache makes the resampling pass reuse the first pass's judgments."""
+    results = [v.pred for v in verdicts]
+    choice = select_groupwise(context, sqls, results, judge, mode, tau)
+    points = {i: p for g in choice.ranked for i, p in g.pointwise.items()}
+    best = max(points, key=lambda i: (points[i], -i)) if points else None
+    spreads = [
+        max(g.pointwise.values()) - min(g.pointwise.values())
+        for g in choice.ranked
+        if len(g.members) > 1
+    ]
+    fields = {
+        "point_sql": sqls[best] if best is not None else None,
+        "point_match": bool(best is not None and verdicts[best].match.match),
+        "r3_sql": choice.sql,
+        "r3_match": bool(choice.index is not None and verdicts[choice.index].match.match),
+        "r3_groups": len(choice.ranked),
+        "r3_judged_pairs": choice.judged_pairs,
+        "r3_point_spread": round(sum(spreads) / len(spreads), 4) if spreads else None,
+    }
+    if resample is None:
+        return fields
+    drawn_verdicts: list = []
+
+    def draw(m: int):
+        new_sqls, new_verdicts = resample(m)
+        drawn_verdicts.extend(new_verdicts)
+        return new_sqls, [v.pred for v in new_verdicts]
+
+    out = select_with_resampling(
+        context,
+        sqls,
+        results,
+        judge,
+        draw,
+        resample_candidates,
+        audit_threshold,
+        mode,
+        tau,
+    )
+    every = [*verdicts, *drawn_verdicts]
+    fields.update(
+        r3rs_sql=out.choice.sql,
+        r3rs_match=bool(out.choice.index is not None and every[out.choice.index].match.match),
+        r3rs_fired=out.fired,
+        r3rs_audit=round(out.audit, 4),
+        r3rs_generated=out.generated,
+        r3rs_oracle=any(every[i].match.match for i in out.kept),
+    )
+    return fields

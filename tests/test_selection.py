@@ -1,0 +1,138 @@
+"""Test-time selection: the `selection` params section, and each method scored by verdicts."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from acesql.config import EvaluateSection, SelectionSection, load_params
+from acesql.errors import ConfigError
+from acesql.eval.selection import ranked_fields, vote_fields
+from acesql.eval.session import settings
+from acesql.ranking.judge import Context
+from acesql.sql.sandbox import ExecResult
+
+
+def ok(*rows):
+    return ExecResult(ok=True, columns=["v"], rows=list(rows))
+
+
+def verdict(result: ExecResult, right: bool):
+    return SimpleNamespace(pred=result, match=SimpleNamespace(match=right))
+
+
+class Judge:
+    """Prefers and trusts the SQL texts in `right`; counts audits."""
+
+    def __init__(self, right: set[str]):
+        self.right, self.audits = right, 0
+
+    def audit(self, context, groups):
+        self.audits += 1
+        return 0.9 if any(c.sql in self.right for g in groups for c in g) else 0.1
+
+    def pairwise_many(self, context, pairs):
+        return [
+            0.9 if a.sql in self.right else 0.1 if b.sql in self.right else 0.5 for a, b in pairs
+        ]
+
+    def pointwise_many(self, context, candidates):
+        return [0.8 if c.sql in self.right else 0.3 for c in candidates]
+
+
+# gold answer (2,): b and d are right; a and c agree on a wrong answer; one candidate fails
+SQLS = ["a", "b", "c", "d", "bad"]
+VERDICTS = [
+    verdict(ok((1,)), False),
+    verdict(ok((2,)), True),
+    verdict(ok((1,)), False),
+    verdict(ok((2,)), True),
+    verdict(ExecResult(ok=False, error="no such column"), False),
+]
+CONTEXT = Context("?", "t(v)")
+
+
+def test_maj_takes_the_first_sampled_of_tied_groups_and_recall_sees_any_right_candidate():
+    fields = vote_fields(SQLS, VERDICTS, "multiset")
+    assert fields["maj_sql"] == "a" and fields["maj_match"] is False
+    assert (fields["maj_votes"], fields["maj_valid"], fields["maj_groups"]) == (2, 4, 2)
+    assert fields["oracle_match"] is True and fields["maj_k"] == 5
+
+
+def test_ranking_scores_groupwise_pointwise_and_the_spread_inside_groups():
+    fields = ranked_fields(CONTEXT, SQLS, VERDICTS, Judge({"b"}), "multiset")
+    assert fields["r3_sql"] == "b" and fields["r3_match"] is True
+    assert fields["point_sql"] == "b" and fields["point_match"] is True
+    assert (fields["r3_groups"], fields["r3_judged_pairs"]) == (2, 1)
+    # pointwise spread: {a, c} 0.3 - 0.3 = 0, {b, d} 0.8 - 0.3 = 0.5
+    assert fields["r3_point_spread"] == 0.25
+    assert "r3rs_match" not in fields
+
+
+def test_resampling_is_scored_by_the_drawn_candidates_verdicts():
+    drawn = []
+
+    def resample(m):
+        drawn.append(m)
+        return ["z", "y"], [verdict(ok((2,)), True), verdict(ok((3,)), False)]
+
+    # the judge trusts none of the first pool: the auditor fires
+    fields = ranked_fields(
+        CONTEXT, SQLS, VERDICTS, Judge({"z"}), "multiset", resample=resample, resample_candidates=6
+    )
+    # first pass: a tie between {a, c} and {b, d} (utility 0.4 each) goes to the group sampled first
+    assert fields["r3_sql"] == "a" and fields["r3_match"] is False
+    # the 5 kept: z (0.8) then a, b, c, d; {b, d, z} utility 0.5*0.8 + 0.5*3/5 = 0.7 beats 0.35
+    assert fields["r3rs_sql"] == "z" and fields["r3rs_match"] is True
+    assert fields["r3rs_fired"] is True and fields["r3rs_generated"] == 5 + 6 and drawn == [6]
+    assert fields["r3rs_oracle"] is True and fields["r3rs_audit"] == 0.1
+    # a pool the auditor trusts is ranked as it is
+    fields = ranked_fields(CONTEXT, SQLS, VERDICTS, Judge({"b"}), "multiset", resample=resample)
+    assert fields["r3rs_fired"] is False and fields["r3rs_generated"] == 5 and drawn == [6]
+    assert fields["r3rs_match"] is True
+
+
+def test_the_section_checks_itself_and_may_be_left_out(tmp_path):
+    assert SelectionSection().method == "greedy"
+    with pytest.raises(ValueError, match="resample_candidates must exceed candidates"):
+        SelectionSection(method="r3", candidates=8, resample=True, resample_candidates=8)
+    path = tmp_path / "params.yaml"
+    path.write_text("selection:\n  method: best\n")
+    with pytest.raises(ConfigError, match="selection.method"):
+        load_params(path)
+    path.write_text("base:\n  seed: 1\n")
+    assert load_params(path).selection == SelectionSection()
+
+
+def test_the_fingerprint_settings_of_greedy_and_maj_are_those_of_earlier_folders():
+    cfg = EvaluateSection()
+    common = dict(seed=0, reasoning=False, sample_values=0)
+    greedy = settings(cfg, SelectionSection(), **common)
+    assert set(greedy) == {
+        "mode",
+        "retriever_samples",
+        "vote_threshold",
+        "on_empty",
+        "max_new_tokens",
+        "maj_k",
+        "maj_temperature",
+        "seed",
+        "engine",
+        "reasoning",
+        "sample_values",
+    }
+    assert greedy["maj_k"] == 0 and greedy["maj_temperature"] == 1.0
+    maj = settings(cfg, SelectionSection(method="maj", candidates=4), **common)
+    assert maj == {**greedy, "maj_k": 4}
+    r3 = settings(cfg, SelectionSection(method="r3", candidates=4, tau=0.1), **common)
+    assert r3["maj_k"] == 4 and r3["selection"]["tau"] == 0.1
+
+
+def test_r3_needs_the_engine_that_gives_next_token_probabilities():
+    from acesql.config import GenerationSection
+    from acesql.eval.session import Evaluator
+
+    cfg = EvaluateSection(model="nowhere", generation=GenerationSection(engine="vllm"))
+    with pytest.raises(ConfigError, match="engine to transformers"):
+        Evaluator(cfg, SelectionSection(method="r3"))
