@@ -539,6 +539,60 @@ class AgentGrpoSection(Section):
     timeout_s: float = Field(10.0, gt=0, description="SQL execution timeout per statement.")
 
 
+class RankerDataSection(Section):
+    """The `ranker_data` stage: pairs of a correct and a wrong candidate for the ranker role."""
+
+    model: str = Field(
+        "models/grpo", description="Model whose candidates the ranker learns to judge."
+    )
+    max_questions: int | None = Field(
+        64, ge=1, description="Train questions rolled out (spread over databases); null: all."
+    )
+    eval_questions: int = Field(
+        24, ge=0, description="Dev questions rolled out for held-out pairs; 0: none."
+    )
+    candidates: int = Field(8, ge=2, description="Generator samples per question.")
+    pairs_per_question: int = Field(
+        2, ge=1, description="Pairs kept per question (different groups first)."
+    )
+    match_mode: MatchMode = Field("multiset", description="Execution match against the gold.")
+    timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout.")
+    generation: GenerationSection = Field(
+        default_factory=lambda: GenerationSection(max_new_tokens=160),
+        description="Sampling of the candidates (the retriever decodes greedily).",
+    )
+
+
+class RankerSection(Section):
+    """The `ranker` stage: GRPO of the ranker role for position consistency (R3-SQL)."""
+
+    model: str = Field(
+        "models/grpo",
+        description="Model to continue from: the GRPO model, so one model serves three roles.",
+    )
+    steps: int = Field(20, ge=1, description="GRPO steps.")
+    time_budget_minutes: float | None = Field(
+        None, gt=0, description="Stop (and save) after this much training time; null: none."
+    )
+    pairs_per_step: int = Field(4, ge=1, description="Pairs (groups) per step.")
+    samples: int = Field(8, ge=2, description="Members per group: answers to both orders.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the answers.")
+    learning_rate: float = Field(1e-6, gt=0, description="AdamW learning rate.")
+    clip_eps: float = Field(0.2, gt=0, description="PPO clip range of the importance ratio.")
+    beta: float = Field(0.001, ge=0, description="KL weight (k3 estimator) to the reference.")
+    grad_clip: float = Field(1.0, gt=0, description="Max global grad norm of the update.")
+    train_layers: int | None = Field(
+        None, ge=1, description="Train only the top N decoder blocks; null: all (a CPU saving)."
+    )
+    bf16_autocast: bool | Literal["auto"] = Field(
+        "auto", description="bf16 matrix products with fp32 weights (auto: where it is fast)."
+    )
+    eval_every: int = Field(
+        5, ge=0, description="Judge the held-out pairs every N steps; 0: ends only."
+    )
+    checkpoint_every: int = Field(5, ge=0, description="Checkpoint every N steps; 0: never.")
+
+
 class DistributedSection(Section):
     """How many processes the sft and grpo stages train with (`acesql.distributed`).
 
@@ -679,6 +733,10 @@ class Params(Section):
     evaluate: EvaluateSection = Field(
         default_factory=EvaluateSection, description="The evaluate stage."
     )
+    ranker_data: RankerDataSection = Field(
+        default_factory=RankerDataSection, description="The ranker_data stage."
+    )
+    ranker: RankerSection = Field(default_factory=RankerSection, description="The ranker stage.")
     selection: SelectionSection = Field(
         default_factory=SelectionSection,
         description="Choosing among generator candidates (evaluate, acesql ask).",

@@ -35,6 +35,7 @@ GPU_POOL = "gpu"  # prefect.yaml's pool of the sft and grpo deployments
 GPU_STAGES = (
     "sft",
     "grpo",
+    "ranker",
     "reasoning_sft",
     "agent_sft",
     "reasoning_grpo",

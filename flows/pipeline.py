@@ -76,12 +76,15 @@ STAGES = (
     "rl_data",
     "grpo",
     "evaluate",
+    "ranker_data",
+    "ranker",
     "reasoning_sft",
     "agent_sft",
     "reasoning_grpo",
     "agent_grpo",
 )
-# what a run does unless told otherwise: the agent's stages are asked for by name
+# what a run does unless told otherwise: the ranker's and the agent's stages are asked for
+# by name
 MAIN_STAGES = STAGES[: STAGES.index("evaluate") + 1]
 
 

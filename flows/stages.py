@@ -32,6 +32,8 @@ from acesql.config import (
     DistributedSection,
     EvaluateSection,
     GrpoSection,
+    RankerDataSection,
+    RankerSection,
     RlDataSection,
     Section,
     SftDataSection,
@@ -148,6 +150,26 @@ def evaluate_flow(
     reproduce("evaluate", evaluate, force, parent_run_id)
 
 
+@flow(name="acesql-ranker_data")
+def ranker_data_flow(
+    ranker_data: RankerDataSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+) -> None:
+    """The ranker_data stage: pairs of a correct and a wrong candidate for the ranker role."""
+    reproduce("ranker_data", ranker_data, force, parent_run_id)
+
+
+@flow(name="acesql-ranker")
+def ranker_flow(
+    ranker: RankerSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+) -> None:
+    """The ranker stage: GRPO of the ranker role for position consistency (resumes)."""
+    reproduce("ranker", ranker, force, parent_run_id)
+
+
 @flow(name="acesql-reasoning_sft")
 def reasoning_sft_flow(
     reasoning_sft: AgentSftSection | None = None,
@@ -197,6 +219,8 @@ STAGE_FLOWS = {
     "rl_data": rl_data_flow,
     "grpo": grpo_flow,
     "evaluate": evaluate_flow,
+    "ranker_data": ranker_data_flow,
+    "ranker": ranker_flow,
     "reasoning_sft": reasoning_sft_flow,
     "agent_sft": agent_sft_flow,
     "reasoning_grpo": reasoning_grpo_flow,

@@ -96,7 +96,9 @@ BAD = [
     ("rl_data: {timeout_s: .inf}", r"rl_data\.timeout_s: Input should be a finite number"),
     ("grpo: {timeout_s: .inf}", r"grpo\.timeout_s: Input should be a finite number"),
     ("grpo: {timeout_s: .nan}", r"grpo\.timeout_s: Input should be a finite number"),
-    ("evaluate: {maj_temperature: .inf}", r"evaluate\.maj_temperature: .*finite number"),
+    ("selection: {temperature: .inf}", r"selection\.temperature: .*finite number"),
+    ("selection: {method: r3, resample: true, resample_candidates: 4}", r"selection: .*exceed"),
+    ("ranker: {samples: 1}", r"ranker\.samples"),
     ("grpo: {gamma: .nan}", r"grpo\.gamma: Input should be a finite number"),
     ("evaluate: {timeout_s: 0}", r"evaluate\.timeout_s: Input should be greater than 0"),
     # cross-field rules are checked when the file is read, before any stage starts

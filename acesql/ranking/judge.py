@@ -65,7 +65,7 @@ class LetterJudge:
         todo = [(k, a, b) for k, (a, b) in zip(keys, pairs) if k not in self._pairs]
         prompts = []
         for _, a, b in todo:
-            prompts += [self._pair_prompt(context, a, b), self._pair_prompt(context, b, a)]
+            prompts += [self.pair_prompt(context, a, b), self.pair_prompt(context, b, a)]
         probs = self._first_letter(prompts, self.letters["pair"])
         for n, (key, _, _) in enumerate(todo):
             forward, backward = probs[2 * n], probs[2 * n + 1]
@@ -126,7 +126,7 @@ class LetterJudge:
             messages, tokenize=False, add_generation_prompt=True
         )
 
-    def _pair_prompt(self, context: Context, a: Candidate, b: Candidate) -> str:
+    def pair_prompt(self, context: Context, a: Candidate, b: Candidate) -> str:
         user = templates()["ranker"]["pairwise"].format(
             schema=context.schema,
             question=context.question,
@@ -148,28 +148,36 @@ class LetterJudge:
         )
         return self._chat(user)
 
-    @torch.no_grad()
     def _first_letter(self, prompts: list[str], letters: list[int]) -> list[float]:
         """The probability of the first letter among `letters` at each prompt's next token."""
-        out = []
-        device = next(self.model.parameters()).device
-        side = self.tokenizer.padding_side
-        self.tokenizer.padding_side = "left"
-        try:
-            for start in range(0, len(prompts), self.batch_size):
-                chunk = prompts[start : start + self.batch_size]
-                enc = self.tokenizer(
-                    chunk, return_tensors="pt", padding=True, add_special_tokens=False
-                )
-                logits = self.model(
-                    input_ids=enc.input_ids.to(device), attention_mask=enc.attention_mask.to(device)
-                ).logits[:, -1, :]
-                picked = torch.log_softmax(logits.float(), dim=-1)[:, letters]
-                out += torch.softmax(picked, dim=-1)[:, 0].tolist()
-                self.calls += len(chunk)
-        finally:
-            self.tokenizer.padding_side = side
-        return out
+        if not prompts:
+            return []
+        logp = next_token_logprobs(self.model, self.tokenizer, prompts, self.batch_size)
+        self.calls += len(prompts)
+        return torch.softmax(logp[:, letters], dim=-1)[:, 0].tolist()
+
+
+@torch.no_grad()
+def next_token_logprobs(model, tokenizer, prompts: list[str], batch_size: int = 8) -> torch.Tensor:
+    """Log-probabilities over the vocabulary of the token after each prompt, (prompts, vocab)
+    in fp32 on the CPU; prompts are left-padded in batches of `batch_size`."""
+    out = []
+    device = next(model.parameters()).device
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start : start + batch_size]
+            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+            logits = model(
+                input_ids=enc.input_ids.to(device),
+                attention_mask=enc.attention_mask.to(device),
+                logits_to_keep=1,  # the last position only: a vocabulary row, not one per token
+            ).logits[:, -1, :]
+            out.append(torch.log_softmax(logits.float(), dim=-1).cpu())
+    finally:
+        tokenizer.padding_side = side
+    return torch.cat(out)
 
 
 def _hint(context: Context) -> str:
