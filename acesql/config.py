@@ -299,6 +299,13 @@ class SftSection(Section):
     """The `sft` stage: mixed full-parameter fine-tuning of both roles in one run."""
 
     epochs: float = Field(1.0, gt=0, description="Passes over the SFT data.")
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Stop (and save) after this many optimizer steps, the learning-rate "
+        "schedule still spanning `epochs`: the same model on a busy or a quiet machine, where "
+        "a time budget trains less on a busy one; null: none.",
+    )
     time_budget_minutes: float | None = Field(
         12.0, gt=0, description="Stop (and save) after this much training time; null: none."
     )

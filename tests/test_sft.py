@@ -144,6 +144,29 @@ def test_time_budget_stops_cleanly(tiny_model_dir, examples, prompts, tmp_path):
     assert json.loads((tmp_path / "sft" / "sft_summary.json").read_text())["steps"] >= 1
 
 
+def test_max_steps_stops_on_the_schedule_of_the_whole_run(
+    tiny_model_dir, examples, prompts, tmp_path
+):
+    records, _ = build_gold(examples, prompts, SchemaCache(0), max_prompt_tokens=100_000)
+    common = dict(
+        epochs=2,
+        time_budget_minutes=None,
+        batch_size=4,
+        grad_accum=1,
+        max_length=4096,
+        bf16_autocast=False,
+        learning_rate=1e-3,
+    )
+    whole = train_sft(tiny_model_dir, records, tmp_path / "a", SftSection(**common), device="cpu")
+    cut = train_sft(
+        tiny_model_dir, records, tmp_path / "b", SftSection(**common, max_steps=3), device="cpu"
+    )
+    assert cut["stop_reason"] == "max_steps" and cut["steps"] == 3
+    assert cut["planned_steps"] == whole["planned_steps"] > 3
+    # the same three steps as the uncut run: same data order, same learning rates
+    assert cut["losses"] == whole["losses"][:3]
+
+
 class EmptyListEngine(ScriptedEngine):
     """The retriever answers an empty list; the generator the gold SQL, cut off if asked."""
 

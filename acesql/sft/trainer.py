@@ -14,6 +14,8 @@
   optimizer, scheduler, data position, elapsed time). The last two are kept.
 - `time_budget_minutes` ends training early, cleanly: the model trained so far is saved; the
   progress bar then shows the budget's time left, not the ETA of steps that will not run.
+  `max_steps` ends it after that many optimizer steps, the schedule unchanged: what a time
+  budget does on a quiet machine, but the same steps on a busy one.
 - Multi-GPU: run the stage under `accelerate launch` (see infra/); the loop is the same.
 """
 
@@ -36,7 +38,7 @@ from acesql.progress import StepBar
 from acesql.tracking import NullTracker, Tracker
 
 # settings that only pace or log a run: changing them still resumes its checkpoints
-PACED = ("time_budget_minutes", "checkpoint_every", "log_every")
+PACED = ("time_budget_minutes", "max_steps", "checkpoint_every", "log_every")
 
 
 def tokenize_records(tokenizer, records: list[dict], max_length: int) -> tuple[list[dict], int]:
@@ -162,8 +164,9 @@ def train_sft(
         state = dict(resume.state)
 
     budget_s = config.time_budget_minutes * 60 if config.time_budget_minutes else math.inf
+    last = min(total_steps, config.max_steps or total_steps)  # the schedule spans total_steps
     bar = StepBar(
-        total=total_steps,
+        total=last,
         initial=state["step"],
         desc="sft",
         unit="step",
@@ -172,11 +175,11 @@ def train_sft(
     )
     started = time.monotonic() - state["elapsed_s"]
     window: list[float] = []
-    stop_reason = "epochs"
-    while state["step"] < total_steps:
+    stop_reason = "epochs" if last == total_steps else "max_steps"
+    while state["step"] < last:
         batches = make_batches(items, config.batch_size, seed, state["epoch"])
         batches = batches[accelerator.process_index :: world]  # each process its share
-        while state["micro"] < len(batches) and state["step"] < total_steps:
+        while state["micro"] < len(batches) and state["step"] < last:
             batch = collate([items[i] for i in batches[state["micro"]]], tokenizer.pad_token_id)
             batch = {k: v.to(accelerator.device) for k, v in batch.items()}
             with accelerator.accumulate(model):
