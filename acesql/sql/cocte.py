@@ -131,6 +131,21 @@ def render_cocte(steps: list[CocteStep], final_sql: str, final_rationale: str = 
     return "\n".join(lines)
 
 
+def render_prefix(steps: list[CocteStep]) -> str:
+    """The start of a CoCTE answer holding `steps`, as a policy would continue it (what comes
+    next is a comma and another step, or the final query).
+
+    >>> steps = [CocteStep("a", "one", "SELECT 1 AS x"), CocteStep("b", "two", "SELECT 2")]
+    >>> print(render_prefix(steps))
+    WITH
+    -- step: one
+    a AS (SELECT 1 AS x),
+    -- step: two
+    b AS (SELECT 2)
+    """
+    return render_cocte(steps, "").rstrip("\n")
+
+
 def _names(with_: exp.With) -> list[str]:
     return [c.alias_or_name for c in with_.expressions]
 
