@@ -600,6 +600,47 @@ class RankerSection(Section):
     checkpoint_every: int = Field(5, ge=0, description="Checkpoint every N steps; 0: never.")
 
 
+class PrmDataSection(Section):
+    """The `prm_data` stage: Chain-of-CTE prefixes labelled by Monte Carlo from execution."""
+
+    model: str = Field(
+        "models/sft",
+        description="The cold-started policy that writes Chain-of-CTE (prompt.sql_format "
+        "cocte when it was trained).",
+    )
+    max_questions: int | None = Field(
+        48, ge=1, description="Train questions rolled out (spread over databases); null: all."
+    )
+    held_out_fraction: float = Field(
+        0.2, ge=0, lt=1, description="Share of the questions kept for held-out records."
+    )
+    trajectories: int = Field(8, ge=1, description="Chains sampled per question (the seed: 8).")
+    completions: int = Field(4, ge=1, description="Continuations sampled from every prefix.")
+    match_mode: MatchMode = Field("multiset", description="Execution match against the gold.")
+    timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout.")
+    generation: GenerationSection = Field(
+        default_factory=lambda: GenerationSection(max_new_tokens=256),
+        description="Sampling of chains and continuations (the retriever decodes greedily).",
+    )
+
+
+class PrmSection(Section):
+    """The `prm` stage: the trajectory score model R_phi, trained on prm_data's labels."""
+
+    base: str = Field(
+        "models/base",
+        description="The causal LM R_phi starts from (its own copy of the weights): a model "
+        "folder, e.g. a base_model stage output of smollm2-wheel for a small one.",
+    )
+    epochs: float = Field(2.0, gt=0, description="Passes over the labelled records.")
+    time_budget_minutes: float | None = Field(
+        None, gt=0, description="Stop (and save) after this much training time; null: none."
+    )
+    learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate.")
+    batch_size: int = Field(4, ge=1, description="Records per step.")
+    max_length: int = Field(2048, ge=64, description="Longer inputs are cut (from the right).")
+
+
 class DistributedSection(Section):
     """How many processes the sft and grpo stages train with (`acesql.distributed`).
 
@@ -744,6 +785,10 @@ class Params(Section):
         default_factory=RankerDataSection, description="The ranker_data stage."
     )
     ranker: RankerSection = Field(default_factory=RankerSection, description="The ranker stage.")
+    prm_data: PrmDataSection = Field(
+        default_factory=PrmDataSection, description="The prm_data stage."
+    )
+    prm: PrmSection = Field(default_factory=PrmSection, description="The prm stage.")
     selection: SelectionSection = Field(
         default_factory=SelectionSection,
         description="Choosing among generator candidates (evaluate, acesql ask).",

@@ -36,6 +36,7 @@ GPU_STAGES = (
     "sft",
     "grpo",
     "ranker",
+    "prm",
     "reasoning_sft",
     "agent_sft",
     "reasoning_grpo",

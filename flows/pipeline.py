@@ -78,13 +78,15 @@ STAGES = (
     "evaluate",
     "ranker_data",
     "ranker",
+    "prm_data",
+    "prm",
     "reasoning_sft",
     "agent_sft",
     "reasoning_grpo",
     "agent_grpo",
 )
-# what a run does unless told otherwise: the ranker's and the agent's stages are asked for
-# by name
+# what a run does unless told otherwise: the ranker's, the process reward model's and the
+# agent's stages are asked for by name
 MAIN_STAGES = STAGES[: STAGES.index("evaluate") + 1]
 
 

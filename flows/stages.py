@@ -32,6 +32,8 @@ from acesql.config import (
     DistributedSection,
     EvaluateSection,
     GrpoSection,
+    PrmDataSection,
+    PrmSection,
     RankerDataSection,
     RankerSection,
     RlDataSection,
@@ -170,6 +172,26 @@ def ranker_flow(
     reproduce("ranker", ranker, force, parent_run_id)
 
 
+@flow(name="acesql-prm_data")
+def prm_data_flow(
+    prm_data: PrmDataSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+) -> None:
+    """The prm_data stage: Chain-of-CTE prefixes labelled by Monte Carlo from execution."""
+    reproduce("prm_data", prm_data, force, parent_run_id)
+
+
+@flow(name="acesql-prm")
+def prm_flow(
+    prm: PrmSection | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
+) -> None:
+    """The prm stage: the trajectory score model of the process reward."""
+    reproduce("prm", prm, force, parent_run_id)
+
+
 @flow(name="acesql-reasoning_sft")
 def reasoning_sft_flow(
     reasoning_sft: AgentSftSection | None = None,
@@ -221,6 +243,8 @@ STAGE_FLOWS = {
     "evaluate": evaluate_flow,
     "ranker_data": ranker_data_flow,
     "ranker": ranker_flow,
+    "prm_data": prm_data_flow,
+    "prm": prm_flow,
     "reasoning_sft": reasoning_sft_flow,
     "agent_sft": agent_sft_flow,
     "reasoning_grpo": reasoning_grpo_flow,

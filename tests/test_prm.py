@@ -101,3 +101,102 @@ def test_inverse_entropy_weights_and_the_process_reward_by_hand():
         process_reward([0.5], [])
     with pytest.raises(ValueError, match="finite"):
         inverse_entropy_weights([float("nan")])
+
+
+def _record(i: int, sigma: float, good: bool) -> dict:
+    sql = "SELECT name FROM singer WHERE age > 30" if good else "SELECT nothing"
+    return {
+        "key": f"db#{i}",
+        "question": f"Who is older than 30? ({i})",
+        "evidence": "",
+        "schema": "singer(name, age)",
+        "steps": [{"rationale": "the old ones", "name": "old", "sql": sql, "result": "2 rows"}],
+        "final": None,
+        "sigma": sigma,
+        "leaves": 4,
+    }
+
+
+def test_the_score_model_learns_its_labels_and_reports_held_out_auc(tiny_model_dir, tmp_path):
+    from acesql.config import PrmSection
+    from acesql.prm.model import TrajectoryScorer, train_prm
+
+    train = [_record(i, 1.0 if i % 2 else 0.0, bool(i % 2)) for i in range(8)]
+    held = [_record(100 + i, 1.0 if i % 2 else 0.25, bool(i % 2)) for i in range(4)]
+    cfg = PrmSection(epochs=6, learning_rate=1e-3, batch_size=4, max_length=256)
+    metrics = train_prm(tiny_model_dir, train, held, cfg, tmp_path / "prm", device="cpu")
+    assert metrics["steps"] == metrics["planned_steps"] == 12 and len(metrics["losses"]) == 12
+    assert sum(metrics["losses"][-3:]) < sum(metrics["losses"][:3])  # it fits its labels
+    assert metrics["held_out_before/records"] == metrics["held_out_after/records"] == 4
+    assert 0.0 <= metrics["held_out_after/auc"] <= 1.0
+    assert sum(b["n"] for b in metrics["calibration_after"]) == 4
+    again = TrajectoryScorer.load(tmp_path / "prm", max_length=256)
+    scores = again.score(held)
+    assert len(scores) == 4 and all(0 < s < 1 for s in scores)
+
+
+def test_the_stages_say_what_is_missing_and_train_on_given_records(
+    tmp_path, synth_dir, tiny_model_dir
+):
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    data = tmp_path / "data"
+    (data / "prepared").mkdir(parents=True)
+    examples = load_dataset(synth_dir, "synth", "train").examples
+    (data / "prepared" / "train.jsonl").write_text(
+        "".join(json.dumps(e.to_dict()) + "\n" for e in examples)
+    )
+    shutil.copytree(tiny_model_dir, tmp_path / "models" / "sft")
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        yaml.safe_dump(
+            {
+                "base": {
+                    "data_dir": str(data),
+                    "models_dir": str(tmp_path / "models"),
+                    "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+                },
+                "base_model": {},
+                "prompt": {},
+                "prm_data": {
+                    "model": str(tmp_path / "models" / "sft"),
+                    "max_questions": 2,
+                    "trajectories": 2,
+                    "completions": 1,
+                    "generation": {"max_new_tokens": 4},
+                },
+                "prm": {
+                    "base": str(tmp_path / "models" / "sft"),
+                    "epochs": 1,
+                    "batch_size": 2,
+                    "max_length": 256,
+                },
+            }
+        )
+    )
+
+    def stage(name):
+        env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", TOKENIZERS_PARALLELISM="false")
+        argv = [sys.executable, "-m", f"acesql.stages.{name}", "--params", str(params)]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=280)
+
+    proc = stage("prm_data")  # a random model writes no Chain-of-CTE: nothing to label
+    assert proc.returncode == 2 and "prm_data labelled nothing" in proc.stderr, proc.stderr
+    assert "sql_format: cocte" in proc.stderr and not (data / "prm").exists()
+    proc = stage("prm")
+    assert proc.returncode == 2 and "run the prm_data stage" in proc.stderr
+    (data / "prm").mkdir()
+    for name, rows in (("train", [_record(i, i % 2, True) for i in range(4)]), ("held_out", [])):
+        (data / "prm" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = stage("prm")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    metrics = json.loads((tmp_path / "models" / "prm_metrics.json").read_text())
+    assert metrics["steps"] == 2 and metrics["held_out_after/records"] == 0
+    assert (tmp_path / "models" / "prm_calibration.png").stat().st_size > 1000
+    assert (tmp_path / "models" / "prm" / "config.json").is_file()

@@ -45,6 +45,14 @@ HEADLINES = {
     "reasoning_grpo": ("steps", "reward_mean_first5", "reward_mean_last5", "success_last5"),
     "agent_grpo": ("steps", "reward_mean_first5", "reward_mean_last5", "success_last5"),
     "ranker_data": ("train.questions", "train.pairs", "held_out.pairs"),
+    "prm_data": ("questions", "records", "malformed", "leaf_accuracy"),
+    "prm": (
+        "steps",
+        "final_loss",
+        "held_out_before/auc",
+        "held_out_after/auc",
+        "held_out_after/ece",
+    ),
     "ranker": (
         "steps",
         "reward_mean_first5",
