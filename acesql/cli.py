@@ -110,10 +110,11 @@ def _selection_options(default_method: str):
         click.option(
             "--selection",
             "method",
-            type=click.Choice(["greedy", "maj", "r3"]),
+            type=click.Choice(["greedy", "maj", "r3", "prm"]),
             default=None,
             help=f"How the answer is chosen among the candidates: the greedy answer, maj@n, "
-            f"or R3-SQL's groupwise ranking.  [default: {default_method}]",
+            f"R3-SQL's groupwise ranking, or PRM best-of-n (Chain-of-CTE candidates, the "
+            f"score model of --prm-model).  [default: {default_method}]",
         ),
         click.option(
             "--candidates", type=click.IntRange(2), default=None, help="n: generator samples."
@@ -135,6 +136,12 @@ def _selection_options(default_method: str):
             type=COUNT,
             default=None,
             help="r3 resampling: new samples, more than --candidates.  [default: 16]",
+        ),
+        click.option(
+            "--prm-model",
+            type=click.Path(file_okay=False),
+            default=None,
+            help="prm: the trajectory score model.  [default: models/prm]",
         ),
         click.option(
             "--selection-params",
@@ -476,6 +483,7 @@ def evaluate_model(
     temperature,
     resample,
     resample_candidates,
+    prm_model,
     selection_params,
     reasoning,
     sample_values,
@@ -557,6 +565,7 @@ def evaluate_model(
         temperature=temperature,
         resample=resample,
         resample_candidates=resample_candidates,
+        prm_model=prm_model,
     )
     examples = load_dataset(dataset, fmt, split).examples
     examples = filter_examples(examples, max_examples=limit, seed=seed)
@@ -822,6 +831,7 @@ def ask_command(
     temperature,
     resample,
     resample_candidates,
+    prm_model,
     selection_params,
     mode,
     sample_values,
@@ -849,17 +859,20 @@ def ask_command(
         temperature=temperature,
         resample=resample,
         resample_candidates=resample_candidates,
+        prm_model=prm_model,
     )
     open_schema(db)  # a missing or foreign file fails before the model loads
     engine = load_engine("transformers", model, progress=False)
     try:
-        prompts = PromptBuilder(engine.tokenizer, False, sample_values)
+        sql_format = "cocte" if selection.method == "prm" else "direct"
+        prompts = PromptBuilder(engine.tokenizer, False, sample_values, sql_format)
         answer = ask(
             engine,
             prompts,
             db,
             question,
             selection,
+            process_scorer=_process_scorer(selection, engine),
             mode=mode,
             max_new_tokens=max_new_tokens,
         )
@@ -892,6 +905,22 @@ def ask_command(
             click.echo(render_observation(answer.result, max_rows=max_rows))
     if answer.sql is None:
         sys.exit(1)
+
+
+def _process_scorer(selection, engine):
+    """The prm selection's scorer (its own model, in-process SQL), or None for the others."""
+    if selection.method != "prm":
+        return None
+    from acesql.prm.model import TrajectoryScorer
+    from acesql.prm.select import ProcessScorer
+    from acesql.sql.batch_executor import BatchExecutor
+
+    if not os.path.isdir(selection.prm_model):
+        raise click.UsageError(
+            f"--prm-model: no such folder {selection.prm_model} (run the prm stage)"
+        )
+    scorer = TrajectoryScorer.load(selection.prm_model)
+    return ProcessScorer(scorer, engine.tokenizer, BatchExecutor(workers=0))
 
 
 # ---------------------------------------------------------------------- debug

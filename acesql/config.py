@@ -716,8 +716,8 @@ class SelectionSection(Section):
     candidates, so one run compares them at equal n.
     """
 
-    method: Literal["greedy", "maj", "r3"] = Field(
-        "greedy", description="How the answer is chosen: greedy | maj | r3."
+    method: Literal["greedy", "maj", "r3", "prm"] = Field(
+        "greedy", description="How the answer is chosen: greedy | maj | r3 | prm."
     )
     candidates: int = Field(8, ge=2, description="Generator samples per question (n).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the candidates.")
@@ -732,6 +732,9 @@ class SelectionSection(Section):
     resample_candidates: int = Field(16, ge=1, description="r3 resampling: new samples (m > n).")
     audit_threshold: float = Field(
         0.5, gt=0, lt=1, description="r3 resampling: the auditor's P(yes) under which it fires."
+    )
+    prm_model: str = Field(
+        "models/prm", description="prm: the trajectory score model (the prm stage's output)."
     )
 
     @model_validator(mode="after")

@@ -200,3 +200,85 @@ def test_the_stages_say_what_is_missing_and_train_on_given_records(
     assert metrics["steps"] == 2 and metrics["held_out_after/records"] == 0
     assert (tmp_path / "models" / "prm_calibration.png").stat().st_size > 1000
     assert (tmp_path / "models" / "prm" / "config.json").is_file()
+
+
+class FixedScorer:
+    """R_phi stand-in: 0.9 for a complete chain, 0.5 for a prefix; records what it read."""
+
+    def __init__(self):
+        self.seen = []
+
+    def score(self, records):
+        self.seen += records
+        return [0.9 if r["final"] else 0.5 for r in records]
+
+
+def test_process_rewards_weight_prefix_scores_by_the_sampled_tokens_entropy(
+    school_db, tiny_model_dir
+):
+    import math
+
+    from acesql.models.base_model import load_tokenizer
+    from acesql.prm.select import ProcessScorer
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    text = (
+        "```sql\nWITH\n-- step: every student\nstep1 AS (SELECT StudentID FROM student)\n"
+        "-- final: how many\nSELECT COUNT(*) FROM step1\n```"
+    )
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    chain = Completion(text, ids, [-1.0] * len(ids), "stop")
+    flat = Completion("```sql\nSELECT 1\n```", [1, 2], [-0.5, -0.5], "stop")
+    fixed = FixedScorer()
+    with BatchExecutor(workers=0) as executor:
+        rewards = ProcessScorer(fixed, tokenizer, executor).rewards(
+            "How many?", "student(StudentID)", "", school_db, [chain, flat]
+        )
+    # every token's -log p is 1: the step and the final query each have entropy 1, so the
+    # cumulative entropies 1 and 2 normalise to .5 and 1
+    w = [math.exp(-0.5), math.exp(-1.0)]
+    assert rewards[0] == pytest.approx((0.5 * w[0] + 0.9 * w[1]) / sum(w))
+    assert rewards[1] is None  # not a chain: no process reward
+    prefix, complete = fixed.seen
+    assert prefix["final"] is None and complete["final"]["sql"] == "SELECT COUNT(*) FROM step1"
+    assert "60" in complete["final"]["result"]  # the final query ran on the database
+    assert prefix["steps"][0]["name"] == "step1" and prefix["steps"][0]["result"]
+
+
+def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth_dir):
+    from acesql.eval.end_to_end import evaluate_examples
+    from acesql.models.prompts import PromptBuilder
+    from tests.test_ranking import ChatTokenizer
+
+    examples = [
+        e
+        for e in load_dataset(synth_dir, "synth", "train").examples
+        if e.unusable is None and ";" not in e.sql
+    ][:2]
+
+    class Engine(Scripted):
+        def generate(self, prompts, n=1, **kw):
+            if kw.get("temperature") == 0.0 and not any("schema linking" in p for p in prompts):
+                return [[Completion("```sql\nSELECT 0\n```", [1], [-0.1], "stop")] for _ in prompts]
+            return super().generate(prompts, n, **kw)
+
+    class ByOrder:
+        """Rewards: the second candidate best (the wrong chain), then the first."""
+
+        def rewards(self, question, schema_text, evidence, db_path, outputs):
+            return [0.4, 0.8, None][: len(outputs)]
+
+    prompts = PromptBuilder(ChatTokenizer(), sql_format="cocte")
+    with BatchExecutor(workers=0) as executor:
+        summary, rows = evaluate_examples(
+            examples,
+            Engine(examples),
+            prompts,
+            executor,
+            maj_k=3,
+            selection={"method": "prm"},
+            process_scorer=ByOrder(),
+        )
+    assert all(r["prm_scored"] == 2 and r["prm_sql"].endswith("LIMIT 0") for r in rows)
+    assert summary["prm_ex"] == 0.0 and summary["oracle_ex"] == 1.0
+    assert summary["prm_given_recall"] == 0.0

@@ -35,6 +35,7 @@ PAIRED_SCORES = (
     ("point_match", "pointwise best-of-k EX"),
     ("r3_match", "r3 ranking EX"),
     ("r3rs_match", "r3 + resampling EX"),
+    ("prm_match", "PRM best-of-k EX"),
     ("oracle_match", "candidate recall"),
     ("generator_match", "generator EX"),
     ("recall", "retriever recall"),

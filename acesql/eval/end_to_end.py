@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache, gold_columns
-from acesql.errors import SqlParseError
+from acesql.errors import ConfigError, SqlParseError
 from acesql.eval.metrics import failure_category, summarize
 from acesql.eval.selection import ranked_fields, vote_fields
 from acesql.models.prompts import PromptBuilder
+from acesql.prm.select import best_of_n
 from acesql.ranking.judge import Context, LetterJudge
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.column_vote import vote_columns
@@ -44,6 +45,7 @@ def evaluate_examples(
     maj_temperature: float = 1.0,
     selection: dict | None = None,
     judge=None,
+    process_scorer=None,
     seed: int = 0,
     schemas: SchemaCache | None = None,
 ) -> tuple[dict, list[dict]]:
@@ -52,7 +54,8 @@ def evaluate_examples(
     `selection` (with maj_k > 0): `{"method": "r3", "tau", "resample",
     "resample_candidates", "audit_threshold"}` (the `selection` params section) adds the
     ranker's choices, judged by `judge` (default: a `LetterJudge` on the engine's torch model,
-    so the transformers engine)."""
+    so the transformers engine); `{"method": "prm"}` adds PRM best-of-k, scored by
+    `process_scorer` (`acesql.prm.select.ProcessScorer`)."""
     schemas = schemas or SchemaCache(prompts.sample_values)
     unusable = [_unusable_row(e) for e in examples if e.unusable is not None]
     examples = [e for e in examples if e.unusable is None]
@@ -122,9 +125,23 @@ def evaluate_examples(
         _retrieval_scores(row)
     if maj_k > 0:
         sampling = dict(temperature=maj_temperature, max_new_tokens=max_new_tokens, seed=seed)
-        pools = _candidates(
+        pools, samples = _candidates(
             examples, rows, engine, pipeline_prompts, executor, mode, maj_k, sampling
         )
+        if selection and selection.get("method") == "prm":
+            if process_scorer is None:
+                raise ConfigError("selection prm needs the process scorer (the prm model)")
+            for ex, row, (sqls, verdicts), outputs in zip(examples, rows, pools, samples):
+                schema_text = prompts.schema_text(schemas(ex), row["retrieved_columns"])
+                rewards = process_scorer.rewards(
+                    ex.question, schema_text, ex.evidence, ex.db_path, outputs
+                )
+                best = best_of_n(rewards)
+                row.update(
+                    prm_sql=sqls[best] if best is not None else None,
+                    prm_match=bool(best is not None and verdicts[best].match.match),
+                    prm_scored=sum(r is not None for r in rewards),
+                )
         if selection and selection.get("method") == "r3":
             contexts = [
                 Context(
@@ -169,9 +186,9 @@ def _unusable_row(ex: Example) -> dict:
     }
 
 
-def _candidates(examples, rows, engine, prompts, executor, mode, k, sampling) -> list[tuple]:
+def _candidates(examples, rows, engine, prompts, executor, mode, k, sampling) -> tuple[list, list]:
     """k generator samples per row's pruned schema, run and matched; adds maj@k's fields and
-    candidate recall to the rows; returns each row's (SQLs, verdicts)."""
+    candidate recall to the rows; returns each row's (SQLs, verdicts), and the samples."""
     samples = engine.generate(prompts, n=k, **sampling)
     sqls = [[parse_sql(c.text) or "" for c in group] for group in samples]
     checks = [(e.db_path, s, e.sql) for e, group in zip(examples, sqls) for s in group]
@@ -182,7 +199,7 @@ def _candidates(examples, rows, engine, prompts, executor, mode, k, sampling) ->
         row.update(vote_fields(sqls[i], mine, mode))
         row["maj_tokens"] = sum(len(c.token_ids) for c in samples[i]) / k
         pools.append((sqls[i], mine))
-    return pools
+    return pools, samples
 
 
 def _rank(

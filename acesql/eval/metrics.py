@@ -8,6 +8,7 @@ Each score comes with the count it is a share of. Overall and per complexity lev
   r3 selection also `point_ex` (pointwise best-of-k), `r3_ex` (groupwise ranking),
   `r3_given_recall`, `r3_point_spread` and, with resampling, `r3rs_ex`, `r3rs_fired`,
   `r3rs_generated` (candidates per question) and `r3rs_oracle_ex` (recall of the pool ranked);
+  with the prm selection `prm_ex` (PRM best-of-k) and `prm_given_recall`;
   `generator_ex`: the generator on the gold columns' schema;
 - retriever: recall, precision, exact set match of the chosen columns against the gold SQL's,
   and `covers_gold` (every gold column chosen);
@@ -40,6 +41,7 @@ SCORE_LABELS = (
     ("point_ex", "pointwise best-of-k"),
     ("r3_ex", "r3 ranking"),
     ("r3rs_ex", "r3 + resampling"),
+    ("prm_ex", "PRM best-of-k"),
     ("oracle_ex", "candidate recall"),
     ("generator_ex", "generator EX"),
     ("retriever_recall", "recall"),
@@ -53,6 +55,7 @@ COUNTS = {"usable", "tokens_per_query"}
 CORRECT_OF = {"pipeline_ex": "pipeline_correct", "maj_ex": "maj_correct"}
 CORRECT_OF |= {"point_ex": "point_correct", "r3_ex": "r3_correct", "r3rs_ex": "r3rs_correct"}
 CORRECT_OF["oracle_ex"] = "oracle_correct"
+CORRECT_OF["prm_ex"] = "prm_correct"
 CORRECT_OF["generator_ex"] = "generator_correct"
 
 # difficulty labels of the synthetic data, Spider and BIRD, easiest first; others sort after
@@ -173,7 +176,8 @@ def _selection_scores(voted: list[dict]) -> dict:
     as accuracy on the questions with a correct candidate (selection given recall)."""
     out = {}
     recalled = [r for r in voted if r.get("oracle_match")]
-    for prefix, field in (("maj", "maj_match"), ("point", "point_match"), ("r3", "r3_match")):
+    fields = (("maj", "maj_match"), ("point", "point_match"), ("r3", "r3_match"))
+    for prefix, field in (*fields, ("prm", "prm_match")):
         chosen = [r for r in voted if r.get(field) is not None]
         if not chosen:
             continue

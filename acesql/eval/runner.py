@@ -50,8 +50,12 @@ def evaluate_to_folder(
     settings: dict,
     chunk_size: int = CHUNK_SIZE,
     progress: bool = True,
+    tools: dict | None = None,
 ) -> tuple[dict, list[dict]]:
     """Evaluate `examples`, resuming a killed run of the same job; write the folder.
+
+    `tools`: what the selection needs beyond the policy (`judge`, `process_scorer`), passed
+    on to `evaluate_examples`; built once by the caller.
 
     `settings` are `evaluate_examples`' keyword arguments (mode, retriever_samples,
     vote_threshold, max_new_tokens, maj_k, maj_temperature, selection, seed) plus anything else that
@@ -96,6 +100,7 @@ def evaluate_to_folder(
                 executor,
                 seed=seed + number,
                 schemas=schemas,
+                **(tools or {}),
                 **options,
             )
             done[_key(chunk)] = rows
@@ -126,10 +131,13 @@ def evaluate_in_memory(
     dataset: str,
     split: str,
     settings: dict,
+    tools: dict | None = None,
 ) -> tuple[dict, list[dict]]:
     """`evaluate_to_folder` without the folder: the same summary, nothing written or resumed."""
     start = time.monotonic()
-    summary, rows = evaluate_examples(examples, engine, prompts, executor, **_options(settings))
+    summary, rows = evaluate_examples(
+        examples, engine, prompts, executor, **(tools or {}), **_options(settings)
+    )
     return _described(summary, model, dataset, split, settings, start), rows
 
 

@@ -41,6 +41,8 @@ def settings(
         named["selection"] = selection.model_dump(
             include={"method", "tau", "resample", "resample_candidates", "audit_threshold"}
         )
+    elif selection.method == "prm":
+        named["selection"] = {"method": "prm", "prm_model": str(Path(selection.prm_model))}
     return {
         **named,
         "mode": cfg.match_mode,
@@ -78,14 +80,16 @@ class Evaluator:
 
         self.cfg = cfg
         self.progress = progress
-        if (
-            selection is not None
-            and selection.method == "r3"
-            and cfg.generation.engine != "transformers"
-        ):
+        method = selection.method if selection is not None else "greedy"
+        if method == "r3" and cfg.generation.engine != "transformers":
             raise ConfigError(
                 "selection.method r3 reads the ranker's judgments from the model's next-token "
                 "probabilities: set evaluate.generation.engine to transformers"
+            )
+        if method == "prm" and sql_format != "cocte":
+            raise ConfigError(
+                "selection.method prm scores Chain-of-CTE candidates step by step: set "
+                "prompt.sql_format to cocte (the policy trained with it)"
             )
         self.settings = settings(
             cfg,
@@ -100,6 +104,26 @@ class Evaluator:
         )
         self.engine = open_engine(cfg.generation, cfg.model)
         self.executor = BatchExecutor(timeout_s=cfg.timeout_s)
+        self.tools = self._selection_tools(selection)
+
+    def _selection_tools(self, selection: SelectionSection | None) -> dict:
+        """What the selection needs beyond the policy, built once: the ranker's judge (r3,
+        from the policy itself) or the process scorer (prm, its own model)."""
+        if selection is None or selection.method not in ("r3", "prm"):
+            return {}
+        if selection.method == "r3":
+            from acesql.ranking.judge import LetterJudge
+
+            return {"judge": LetterJudge(self.engine.model, self.engine.tokenizer)}
+        from acesql.prm.model import TrajectoryScorer
+        from acesql.prm.select import ProcessScorer
+
+        if not Path(selection.prm_model).is_dir():
+            raise ConfigError(
+                f"selection.prm_model: {selection.prm_model} not found: run the prm stage"
+            )
+        scorer = TrajectoryScorer.load(selection.prm_model)
+        return {"process_scorer": ProcessScorer(scorer, self.prompts.tokenizer, self.executor)}
 
     def evaluate(
         self,
@@ -114,7 +138,7 @@ class Evaluator:
         common = dict(model=self.cfg.model, dataset=dataset, split=split, settings=self.settings)
         if out is None:
             summary, _ = evaluate_in_memory(
-                examples, self.engine, self.prompts, self.executor, **common
+                examples, self.engine, self.prompts, self.executor, tools=self.tools, **common
             )
         else:
             summary, _ = evaluate_to_folder(
@@ -125,6 +149,7 @@ class Evaluator:
                 out,
                 chunk_size=chunk_size,
                 progress=self.progress,
+                tools=self.tools,
                 **common,
             )
         return summary

@@ -8,9 +8,10 @@ Schema introspection, the retriever (greedy) and its column vote (an empty vote 
 generator the whole schema: a user's question deserves an attempt), the generator's greedy
 answer (candidate 0) and n - 1 samples on the pruned schema, every candidate run in the
 read-only sandbox, then the `selection` params section's method: `greedy` (candidate 0),
-`maj` (the largest group of equal results) or `r3` (groupwise ranking,
-`acesql.ranking.select`; with `resample`, agentic resampling first). The user's file is only
-ever opened read-only.
+`maj` (the largest group of equal results), `r3` (groupwise ranking,
+`acesql.ranking.select`; with `resample`, agentic resampling first) or `prm` (the
+Chain-of-CTE candidate with the highest process reward, `acesql.prm.select`). The user's
+file is only ever opened read-only.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from acesql.config import SelectionSection
-from acesql.errors import DataError
+from acesql.errors import ConfigError, DataError
 from acesql.eval.majority import group_results, majority_vote
+from acesql.prm.select import best_of_n
 from acesql.ranking.judge import Context, LetterJudge
 from acesql.ranking.select import select_groupwise, select_with_resampling
 from acesql.sql.column_vote import vote_columns
@@ -69,8 +71,16 @@ def ask(
     max_new_tokens: int = 256,
     timeout_s: float = 30.0,
     seed: int = 0,
+    process_scorer=None,
 ) -> Answer:
+    """`process_scorer` (`acesql.prm.select.ProcessScorer`): for the prm selection, whose
+    candidates are Chain-of-CTE (`prompts.sql_format` cocte)."""
     selection = selection or SelectionSection(method="r3")
+    if selection.method == "prm" and (process_scorer is None or prompts.sql_format != "cocte"):
+        raise ConfigError(
+            "the prm selection scores Chain-of-CTE candidates: it needs the process scorer "
+            "and prompts with sql_format cocte"
+        )
     schema = open_schema(db_path, prompts.sample_values)
     (retrieved,) = engine.generate(
         [prompts.retriever(schema, question)], n=1, temperature=0.0, max_new_tokens=max_new_tokens
@@ -79,18 +89,22 @@ def ask(
     columns, _ = vote_columns([parsed.columns if parsed.ok else None], schema, 0.5, "full_schema")
     prompt = prompts.generator(schema, columns, question)
 
+    outputs = []  # every candidate's completion, in candidate order
+
     def sample(n: int, seed: int) -> tuple[list[str], list[ExecResult]]:
-        (outputs,) = engine.generate(
+        (drawn,) = engine.generate(
             [prompt],
             n=n,
             temperature=selection.temperature,
             max_new_tokens=max_new_tokens,
             seed=seed,
         )
-        sqls = [parse_sql(c.text) or "" for c in outputs]
+        outputs.extend(drawn)
+        sqls = [parse_sql(c.text) or "" for c in drawn]
         return sqls, [_run(db_path, sql, timeout_s) for sql in sqls]
 
     greedy = engine.generate([prompt], n=1, temperature=0.0, max_new_tokens=max_new_tokens)[0]
+    outputs.extend(greedy)
     sqls = [parse_sql(greedy[0].text) or ""]
     results = [_run(db_path, sqls[0], timeout_s)]
     if selection.method != "greedy":
@@ -99,6 +113,15 @@ def ask(
     answer = Answer(None, None, sorted(columns), sqls, results)
     if selection.method == "greedy":
         index = 0 if sqls[0] else None
+    elif selection.method == "prm":
+        rewards = process_scorer.rewards(
+            question, prompts.schema_text(schema, columns), "", db_path, outputs
+        )
+        index = best_of_n(rewards)
+        answer.groups = [
+            {"members": [i], "process_reward": None if r is None else round(r, 4)}
+            for i, r in sorted(enumerate(rewards), key=lambda x: -(x[1] or -1.0))
+        ]
     elif selection.method == "maj":
         index = majority_vote(sqls, results, mode).winner
         answer.groups = [{"members": g, "size": len(g)} for g in group_results(sqls, results, mode)]
