@@ -414,6 +414,15 @@ class GrpoSection(Section):
     retriever_reward: Literal["sparse", "dense"] = Field(
         "sparse", description="sparse: target match; dense: pool coverage - 0.5 noise."
     )
+    generator_reward: Literal["outcome", "process"] = Field(
+        "outcome",
+        description="outcome: execution match (R_out, the paper's); process: R_proc + R_out, "
+        "Reward-SQL's composite, from the frozen score model at prm_model (the generator "
+        "writes Chain-of-CTE: prompt.sql_format cocte).",
+    )
+    prm_model: str = Field(
+        "models/prm", description="The process reward's score model (generator_reward: process)."
+    )
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm of the update.")
     micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward.")
     share_prompts: bool = Field(

@@ -282,3 +282,47 @@ def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth
     assert all(r["prm_scored"] == 2 and r["prm_sql"].endswith("LIMIT 0") for r in rows)
     assert summary["prm_ex"] == 0.0 and summary["oracle_ex"] == 1.0
     assert summary["prm_given_recall"] == 0.0
+
+
+def test_grpo_adds_the_process_reward_to_the_outcome_for_chains_only(
+    synth_dir, tiny_model_dir, tmp_path
+):
+    from acesql.errors import ConfigError
+    from acesql.prm.model import TrajectoryScorer
+    from tests.test_grpo import _cfg, _trainer
+
+    examples = load_dataset(synth_dir, "synth", "train").examples[:2]
+    with pytest.raises(ConfigError, match="prompt.sql_format to cocte"):
+        _trainer(tiny_model_dir, examples, tmp_path, _cfg(generator_reward="process"))
+    cfg = _cfg(generator_reward="process", prm_model=str(tmp_path / "none"))
+    with pytest.raises(ConfigError, match="run the prm stage"):
+        _trainer(tiny_model_dir, examples, tmp_path, cfg, sql_format="cocte")
+
+    TrajectoryScorer.from_base(tiny_model_dir, max_length=256).save(tmp_path / "prm")
+    cfg = _cfg(generator_reward="process", prm_model=str(tmp_path / "prm"))
+    trainer = _trainer(tiny_model_dir, examples, tmp_path, cfg, sql_format="cocte")
+
+    class Halves:  # R_proc 0.5 for the first output of each question, no chain for the rest
+        def rewards(self, question, schema_text, evidence, db_path, outputs):
+            assert question in {e.question for e in examples} and schema_text
+            return [0.5] + [None] * (len(outputs) - 1)
+
+    trainer.process = Halves()
+    from acesql.rl.rollout import rollout
+
+    rollouts = rollout(
+        examples,
+        trainer.engine,
+        trainer.prompts,
+        trainer.schemas,
+        trainer.executor,
+        n_retriever=4,
+        n_generator=4,
+        combine="vote",
+        max_new_tokens=16,
+    )
+    targets = {r.key: trainer._targets(r) for r in rollouts}
+    rewards = trainer._rewards(rollouts, targets, {})["generator"]
+    for r, got in zip(rollouts, rewards):
+        outcome = [1.0 if m else 0.0 for m in r.matched]  # no length penalty in this config
+        assert got == [outcome[0] + 0.5, *outcome[1:]]

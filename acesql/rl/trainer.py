@@ -119,6 +119,13 @@ class _TimedExecutor:
         finally:
             self.seconds += time.monotonic() - t0
 
+    def execute_many(self, *args, **kwargs):
+        t0 = time.monotonic()
+        try:
+            return self.executor.execute_many(*args, **kwargs)
+        finally:
+            self.seconds += time.monotonic() - t0
+
 
 def question_order(n_questions: int, per_step: int, epochs: float, seed: int) -> list[list[int]]:
     """The questions of every step: each epoch a fresh shuffle, cut into steps.
@@ -240,6 +247,7 @@ class GrpoTrainer:
 
             self.engine = open_engine(gen, model_dir)
         self.executor = _TimedExecutor(BatchExecutor(timeout_s=cfg.timeout_s))
+        self.process = self._process_scorer(cfg, sql_format)
         self.state = RunState(
             fingerprint=run_fingerprint(model_dir, seed, cfg, examples, pool),
             world_size=dist.world_size,
@@ -409,18 +417,43 @@ class GrpoTrainer:
             return self.pool.support(r.key)
         return self._targets(r)
 
+    def _process_scorer(self, cfg, sql_format: str):
+        """The frozen score model of `generator_reward: process`, or None."""
+        if cfg.generator_reward != "process":
+            return None
+        from acesql.prm.model import TrajectoryScorer
+        from acesql.prm.select import ProcessScorer
+
+        if sql_format != "cocte":
+            raise ConfigError(
+                "grpo.generator_reward process scores Chain-of-CTE outputs step by step: set "
+                "prompt.sql_format to cocte (and cold-start the policy with it)"
+            )
+        if not Path(cfg.prm_model).is_dir():
+            raise ConfigError(f"grpo.prm_model: {cfg.prm_model} not found: run the prm stage")
+        scorer = TrajectoryScorer.load(cfg.prm_model, device=str(self.device))
+        scorer.model.requires_grad_(False)
+        return ProcessScorer(scorer, self.tokenizer, self.executor)
+
     def _rewards(
         self, rollouts: list[QuestionRollout], targets: dict, support: dict
     ) -> dict[str, list[list[float]]]:
+        """Each output's reward: the generator's R_out (plus R_proc with the process reward,
+        0 for an output that is not a well-formed chain), the retriever's sparse or dense one."""
         lp = self.cfg.length_penalty.model_dump()
         out: dict[str, list[list[float]]] = {"retriever": [], "generator": []}
         for r in rollouts:
-            out["generator"].append(
-                [
-                    generator_reward(m, len(c.token_ids), **lp)
-                    for m, c in zip(r.matched, r.generator)
-                ]
-            )
+            rewards = [
+                generator_reward(m, len(c.token_ids), **lp) for m, c in zip(r.matched, r.generator)
+            ]
+            if self.process is not None:
+                ex = r.example
+                schema_text = self.prompts.schema_text(self.schemas(ex), r.schema_columns)
+                process = self.process.rewards(
+                    ex.question, schema_text, ex.evidence, ex.db_path, r.generator
+                )
+                rewards = [o + (p or 0.0) for o, p in zip(rewards, process)]
+            out["generator"].append(rewards)
             if self.cfg.retriever_reward == "dense":
                 out["retriever"].append(
                     [dense_retriever_reward(s, support[r.key]) for s in r.retrieved]
