@@ -167,3 +167,25 @@ def test_workers_stop_when_their_parent_is_killed(school_db, tmp_path, delay):
     else:
         os.kill(worker, signal.SIGKILL)
         pytest.fail("the SQL worker outlived its killed parent by 4 s")
+
+
+def test_repeated_predictions_and_the_gold_itself_run_once_unless_volatile(school_db, monkeypatch):
+    from acesql.sql.worker import Runner
+
+    ran = []
+    real = Runner.execute
+
+    def counting(self, db, sql):
+        ran.append(sql)
+        return real(self, db, sql)
+
+    monkeypatch.setattr(Runner, "execute", counting)
+    gold = "SELECT count(*) FROM student"
+    items = [(school_db, "SELECT 1", gold)] * 3 + [(school_db, gold, gold)]
+    items += [(school_db, "SELECT abs(random()) >= 0", gold)] * 2
+    with BatchExecutor(workers=0) as ex:
+        verdicts = ex.match_many(items, "multiset", keep_rows=True)
+    assert [v.match.match for v in verdicts] == [False, False, False, True, False, False]
+    assert verdicts[3].pred.rows == [(60,)] and verdicts[0].pred.rows == [(1,)]
+    # the gold once (the candidate equal to it reuses it), "SELECT 1" once, random() twice
+    assert sorted(ran) == sorted([gold, "SELECT 1", *["SELECT abs(random()) >= 0"] * 2])

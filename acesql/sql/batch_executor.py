@@ -32,6 +32,7 @@ from acesql.sql.sandbox import (
     DEFAULT_TIMEOUT_S,
     ExecResult,
     check_timeout,
+    deterministic,
 )
 from acesql.sql.worker import Runner, Verdict, failed, worker_main
 
@@ -123,7 +124,21 @@ class BatchExecutor:
             ("match", db, pred, gold, mode, ordered.get(gold, False), keep_rows)
             for db, pred, gold in items
         ]
-        return self._run(jobs, [(job[1], job[3]) for job in jobs], "verify")
+        # a prediction repeated for the same question (sampled candidates often are) is
+        # checked once; SQL whose result may change between runs is checked every time
+        seen: dict[tuple, int] = {}
+        unique, position = [], []
+        for job in jobs:
+            key = job if deterministic(job[2]) else None
+            at = seen.get(key) if key is not None else None
+            if at is None:
+                at = len(unique)
+                unique.append(job)
+                if key is not None:
+                    seen[key] = at
+            position.append(at)
+        results = self._run(unique, [(job[1], job[3]) for job in unique], "verify")
+        return [results[at] for at in position]
 
     def worker_pids(self) -> list[int]:
         return [w.process.pid for w in self._workers]

@@ -80,6 +80,28 @@ ALLOWED_FUNCTIONS = frozenset(
     json_group_object jsonb_group_object
     """.split()
 )
+# functions whose value can change from one run of a query to the next (the clock, chance,
+# the connection's history); a query using one is never answered from an earlier run
+_VOLATILE = re.compile(
+    r"\b(random|randomblob|changes|total_changes|last_insert_rowid|current_date|current_time"
+    r"|current_timestamp)\b|'now'|\"now\"|\b(date|time|datetime|julianday|unixepoch)\s*\(\s*\)",
+    re.IGNORECASE,
+)
+
+
+def deterministic(sql: str) -> bool:
+    """Whether `sql` returns the same rows each time it runs on an unchanged database: it
+    calls none of the clock's, chance's or the connection's functions. Conservative: a
+    name in a string or a column called `random` also counts as volatile.
+
+    >>> deterministic("SELECT name FROM t ORDER BY age"), deterministic("SELECT random()")
+    (True, False)
+    >>> deterministic("SELECT date('now')"), deterministic("SELECT date(d) FROM t")
+    (False, True)
+    """
+    return not _VOLATILE.search(sql)
+
+
 # What was reviewed and refused, and why (the authorizer refuses anything not allowed; this
 # documents SQLite's own functions, and a test checks that every one it lists is reviewed).
 REFUSED_FUNCTIONS = {
