@@ -14,6 +14,7 @@ acesql run                       # the main job (see `acesql run --help`)
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -103,9 +104,9 @@ def _section(section_class, **values):
 
 
 def _selection_options(default_method: str):
-    """The `selection` params section as flags (`acesql eval`, `acesql ask`): start from
-    `--selection-params FILE`'s section when given, else the defaults with `default_method`;
-    each flag given overrides."""
+    """The `selection` params section as flags (`acesql eval`, `acesql ask`), handed to the
+    command as one `selection` argument: `--selection-params FILE`'s section when given, else
+    the defaults with `default_method`, each flag given overriding."""
     options = [
         click.option(
             "--selection",
@@ -117,7 +118,10 @@ def _selection_options(default_method: str):
             f"score model of --prm-model).  [default: {default_method}]",
         ),
         click.option(
-            "--candidates", type=click.IntRange(2), default=None, help="n: generator samples."
+            "--candidates",
+            type=click.IntRange(2),
+            default=None,
+            help="n: generator samples.  [default: 8]",
         ),
         click.option(
             "--temperature",
@@ -152,11 +156,28 @@ def _selection_options(default_method: str):
     ]
 
     def wrap(f):
+        @functools.wraps(f)
+        def command(*args, **kwargs):
+            flags = {name: kwargs.pop(name) for name in SELECTION_FLAGS}
+            kwargs["selection"] = _selection(default_method, **flags)
+            return f(*args, **kwargs)
+
         for option in reversed(options):
-            f = option(f)
-        return f
+            command = option(command)
+        return command
 
     return wrap
+
+
+SELECTION_FLAGS = (
+    "method",
+    "candidates",
+    "temperature",
+    "resample",
+    "resample_candidates",
+    "prm_model",
+    "selection_params",
+)
 
 
 def _selection(default_method: str, selection_params, **flags):
@@ -478,13 +499,7 @@ def evaluate_model(
     mode,
     retriever_samples,
     on_empty_vote,
-    method,
-    candidates,
-    temperature,
-    resample,
-    resample_candidates,
-    prm_model,
-    selection_params,
+    selection,
     reasoning,
     sample_values,
     sql_format,
@@ -556,16 +571,6 @@ def evaluate_model(
             temperature=0.0,
             bf16_autocast="auto" if bf16 is None else bf16,
         ),
-    )
-    selection = _selection(
-        "greedy",
-        selection_params,
-        method=method,
-        candidates=candidates,
-        temperature=temperature,
-        resample=resample,
-        resample_candidates=resample_candidates,
-        prm_model=prm_model,
     )
     examples = load_dataset(dataset, fmt, split).examples
     examples = filter_examples(examples, max_examples=limit, seed=seed)
@@ -826,13 +831,7 @@ def remote_setup(url, endpoint_url, name, repo, params_path):
 def ask_command(
     model,
     db,
-    method,
-    candidates,
-    temperature,
-    resample,
-    resample_candidates,
-    prm_model,
-    selection_params,
+    selection,
     mode,
     sample_values,
     max_new_tokens,
@@ -851,16 +850,6 @@ def ask_command(
     from acesql.models.prompts import PromptBuilder
     from acesql.ranking.ask import ask, open_schema
 
-    selection = _selection(
-        "r3",
-        selection_params,
-        method=method,
-        candidates=candidates,
-        temperature=temperature,
-        resample=resample,
-        resample_candidates=resample_candidates,
-        prm_model=prm_model,
-    )
     open_schema(db)  # a missing or foreign file fails before the model loads
     engine = load_engine("transformers", model, progress=False)
     try:

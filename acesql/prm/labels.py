@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from acesql.agent.observation import render_observation
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache
+from acesql.eval.retrieval import greedy_columns
 from acesql.sql.cocte import CocteParse, CocteStep, parse_cocte, prefix_sql, render_prefix
-from acesql.sql.column_vote import vote_columns
-from acesql.sql.parsing import parse_columns, parse_sql
+from acesql.sql.parsing import parse_sql
 
 PREVIEW_ROWS = 3  # rows of an intermediate result a record shows
 
@@ -83,20 +83,14 @@ def label_steps(
     if not examples:
         return [], stats
     sampling = dict(temperature=temperature, max_new_tokens=max_new_tokens)
-    retrieved = engine.generate(
-        [prompts.retriever(schemas(e), e.question, e.evidence) for e in examples],
-        n=1,
-        temperature=0.0,
-        max_new_tokens=max_new_tokens,
-        seed=seed,
+    pruned = greedy_columns(
+        examples, engine, prompts, schemas, max_new_tokens=max_new_tokens, seed=seed
     )
-    chats, schema_texts = [], []
-    for ex, (out,) in zip(examples, retrieved):
-        schema = schemas(ex)
-        parsed = parse_columns(out.text, schema)
-        columns, _ = vote_columns([parsed.columns if parsed.ok else None], schema)
-        chats.append(prompts.generator(schema, columns, ex.question, ex.evidence))
-        schema_texts.append(prompts.schema_text(schema, columns))
+    chats = [
+        prompts.generator(schemas(ex), columns, ex.question, ex.evidence)
+        for ex, columns in zip(examples, pruned)
+    ]
+    schema_texts = [prompts.schema_text(schemas(ex), c) for ex, c in zip(examples, pruned)]
     sampled = engine.generate(chats, n=trajectories, seed=seed, **sampling)
 
     # the tree: per question, node key (its steps) -> the node's steps

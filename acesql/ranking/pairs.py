@@ -26,9 +26,9 @@ from acesql.data.loaders import Example, parse_jsonl
 from acesql.data.schemas import SchemaCache
 from acesql.errors import DataError
 from acesql.eval.majority import group_results
+from acesql.eval.retrieval import greedy_columns
 from acesql.ranking.judge import Candidate, Context
-from acesql.sql.column_vote import vote_columns
-from acesql.sql.parsing import parse_columns, parse_sql
+from acesql.sql.parsing import parse_sql
 
 
 @dataclass(frozen=True)
@@ -78,17 +78,13 @@ def build_pairs(
     stats.skipped["unusable"] = len(examples) - len(usable)
     if not usable:
         return [], stats
-    greedy = dict(temperature=0.0, max_new_tokens=max_new_tokens, seed=seed)
-    retrieved = engine.generate(
-        [prompts.retriever(schemas(e), e.question, e.evidence) for e in usable], n=1, **greedy
+    pruned = greedy_columns(
+        usable, engine, prompts, schemas, max_new_tokens=max_new_tokens, seed=seed
     )
-    pruned, gen_prompts = [], []
-    for ex, (out,) in zip(usable, retrieved):
-        schema = schemas(ex)
-        parsed = parse_columns(out.text, schema)
-        columns, _ = vote_columns([parsed.columns if parsed.ok else None], schema)
-        pruned.append(columns)
-        gen_prompts.append(prompts.generator(schema, columns, ex.question, ex.evidence))
+    gen_prompts = [
+        prompts.generator(schemas(ex), columns, ex.question, ex.evidence)
+        for ex, columns in zip(usable, pruned)
+    ]
     samples = engine.generate(
         gen_prompts,
         n=candidates,
