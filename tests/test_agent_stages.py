@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-from acesql.data.loaders import load_dataset
 from acesql.debug.task import read_tasks
+from tests.helpers import run_stage, write_prepared
 
 
 def _project(tmp_path, synth_dir, tiny_model_dir):
     data = tmp_path / "data"
-    (data / "prepared").mkdir(parents=True)
-    for split in ("train", "test_ood"):
-        examples = load_dataset(synth_dir, "synth", split).examples
-        (data / "prepared" / f"{split}.jsonl").write_text(
-            "".join(json.dumps(e.to_dict()) + "\n" for e in examples)
-        )
+    write_prepared(data, synth_dir, ("train", "test_ood"))
     shutil.copytree(tiny_model_dir, tmp_path / "models" / "grpo")
     params = {
         "base": {
@@ -55,20 +47,9 @@ def _project(tmp_path, synth_dir, tiny_model_dir):
     return path
 
 
-def _stage(name, params):
-    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", TOKENIZERS_PARALLELISM="false")
-    return subprocess.run(
-        [sys.executable, "-m", f"acesql.stages.{name}", "--params", str(params)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=280,
-    )
-
-
 def _debug_data(tmp_path, synth_dir, tiny_model_dir):
     params = _project(tmp_path, synth_dir, tiny_model_dir)
-    proc = _stage("debug_data", params)
+    proc = run_stage("debug_data", params)
     assert proc.returncode == 0, proc.stderr[-2000:]
     metrics = json.loads((tmp_path / "data" / "debug_metrics.json").read_text())
     train = read_tasks(tmp_path / "data" / "debug" / "train.jsonl")
@@ -86,7 +67,7 @@ def test_debug_data_stage(tmp_path, synth_dir, tiny_model_dir):
 @pytest.mark.timeout(900)  # two training stages in subprocesses
 def test_agent_sft_stage_trains_on_demonstrations(tmp_path, synth_dir, tiny_model_dir):
     params = _debug_data(tmp_path, synth_dir, tiny_model_dir)
-    proc = _stage("agent_sft", params)
+    proc = run_stage("agent_sft", params)
     assert proc.returncode == 0, proc.stderr[-2000:]
     metrics = json.loads((tmp_path / "models" / "agent_sft_metrics.json").read_text())
     assert metrics["debug_tasks"] == 3 and metrics["questions"] == 3
@@ -95,7 +76,7 @@ def test_agent_sft_stage_trains_on_demonstrations(tmp_path, synth_dir, tiny_mode
     assert metrics["steps"] >= 1
     assert (tmp_path / "models" / "agent_sft" / "config.json").is_file()
 
-    proc = _stage("agent_grpo", params)
+    proc = run_stage("agent_grpo", params)
     assert proc.returncode == 0, proc.stderr[-2000:]
     metrics = json.loads((tmp_path / "models" / "agent_grpo_metrics.json").read_text())
     assert metrics["steps"] == 1 and metrics["debug_tasks"] == 2 and metrics["questions"] == 1
@@ -105,13 +86,13 @@ def test_agent_sft_stage_trains_on_demonstrations(tmp_path, synth_dir, tiny_mode
 
 def test_agent_sft_says_what_is_missing(tmp_path, synth_dir, tiny_model_dir):
     params = _project(tmp_path, synth_dir, tiny_model_dir)
-    proc = _stage("agent_sft", params)
+    proc = run_stage("agent_sft", params)
     assert proc.returncode == 2 and "run the debug_data stage first" in proc.stderr
 
 
 def test_each_curriculum_stage_names_the_model_it_needs(tmp_path, synth_dir, tiny_model_dir):
     params = _project(tmp_path, synth_dir, tiny_model_dir)
     for name in ("reasoning_sft", "reasoning_grpo"):
-        proc = _stage(name, params)
+        proc = run_stage(name, params)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert f"or set {name}.model" in proc.stderr

@@ -139,19 +139,14 @@ def test_the_stages_say_what_is_missing_and_train_on_given_records(
     tmp_path, synth_dir, tiny_model_dir
 ):
     import json
-    import os
     import shutil
-    import subprocess
-    import sys
 
     import yaml
 
+    from tests.helpers import run_stage, write_prepared
+
     data = tmp_path / "data"
-    (data / "prepared").mkdir(parents=True)
-    examples = load_dataset(synth_dir, "synth", "train").examples
-    (data / "prepared" / "train.jsonl").write_text(
-        "".join(json.dumps(e.to_dict()) + "\n" for e in examples)
-    )
+    write_prepared(data, synth_dir, ("train",))
     shutil.copytree(tiny_model_dir, tmp_path / "models" / "sft")
     params = tmp_path / "params.yaml"
     params.write_text(
@@ -182,9 +177,7 @@ def test_the_stages_say_what_is_missing_and_train_on_given_records(
     )
 
     def stage(name):
-        env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", TOKENIZERS_PARALLELISM="false")
-        argv = [sys.executable, "-m", f"acesql.stages.{name}", "--params", str(params)]
-        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=280)
+        return run_stage(name, params)
 
     proc = stage("prm_data")  # a random model writes no Chain-of-CTE: nothing to label
     assert proc.returncode == 2 and "prm_data labelled nothing" in proc.stderr, proc.stderr

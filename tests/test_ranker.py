@@ -4,10 +4,7 @@ its two stages."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -18,6 +15,7 @@ from acesql.data.loaders import load_dataset
 from acesql.models.engine import Completion
 from acesql.ranking.pairs import RankerPair, build_pairs, read_pairs, write_pairs
 from acesql.sql.batch_executor import BatchExecutor
+from tests.helpers import run_stage, write_prepared
 
 
 class Scripted:
@@ -176,12 +174,7 @@ def test_an_all_equal_group_carries_no_signal(tiny_model_dir, monkeypatch):
 
 def _project(tmp_path, synth_dir, tiny_model_dir):
     data = tmp_path / "data"
-    (data / "prepared").mkdir(parents=True)
-    for split in ("train", "dev"):
-        examples = load_dataset(synth_dir, "synth", split).examples
-        (data / "prepared" / f"{split}.jsonl").write_text(
-            "".join(json.dumps(e.to_dict()) + "\n" for e in examples)
-        )
+    write_prepared(data, synth_dir, ("train", "dev"))
     shutil.copytree(tiny_model_dir, tmp_path / "models" / "grpo")
     model = str(tmp_path / "models" / "grpo")
     params = {
@@ -212,31 +205,20 @@ def _project(tmp_path, synth_dir, tiny_model_dir):
     return path
 
 
-def _stage(name, params):
-    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", TOKENIZERS_PARALLELISM="false")
-    return subprocess.run(
-        [sys.executable, "-m", f"acesql.stages.{name}", "--params", str(params)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=280,
-    )
-
-
 def test_the_stages_say_when_no_pair_exists_and_train_on_given_pairs(
     tmp_path, synth_dir, tiny_model_dir
 ):
     params = _project(tmp_path, synth_dir, tiny_model_dir)
     # a random model writes no SQL: every question is "none_ran", and the stage says so
-    proc = _stage("ranker_data", params)
+    proc = run_stage("ranker_data", params)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "no train question with both a correct and a wrong candidate" in proc.stderr
     assert "none_ran" in proc.stderr and not (tmp_path / "data" / "ranker").exists()
-    proc = _stage("ranker", params)
+    proc = run_stage("ranker", params)
     assert proc.returncode == 2 and "run the ranker_data stage" in proc.stderr
     write_pairs(tmp_path / "data" / "ranker" / "train.jsonl", _pairs(3))
     write_pairs(tmp_path / "data" / "ranker" / "held_out.jsonl", _pairs(1))
-    proc = _stage("ranker", params)
+    proc = run_stage("ranker", params)
     assert proc.returncode == 0, proc.stderr[-2000:]
     metrics = json.loads((tmp_path / "models" / "ranker_metrics.json").read_text())
     assert metrics["steps"] == 2 and len(metrics["history"]) == 2
