@@ -36,9 +36,8 @@ class Scripted:
         return out
 
 
-class Renderer:
-    def pair_prompt(self, context, a, b):
-        return f"{context.question}|A={a.sql}|B={b.sql}"
+def render(context, a, b):
+    return f"{context.question}|A={a.sql}|B={b.sql}"
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +60,7 @@ def test_pairs_join_a_correct_and_a_wrong_group_in_both_orders(synth_dir, prompt
 
     with BatchExecutor(workers=0) as executor:
         pairs, stats = build_pairs(
-            examples, Scripted(examples, answers), prompts, Renderer(), executor, candidates=4
+            examples, Scripted(examples, answers), prompts, render, executor, candidates=4
         )
     assert stats.to_dict() == {
         "questions": 3,

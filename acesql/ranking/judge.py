@@ -118,25 +118,10 @@ class LetterJudge:
         return ids[0]
 
     def _chat(self, user: str) -> str:
-        messages = [
-            {"role": "system", "content": templates()["ranker"]["system"]},
-            {"role": "user", "content": user},
-        ]
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
+        return _ranker_chat(self.tokenizer, user)
 
     def pair_prompt(self, context: Context, a: Candidate, b: Candidate) -> str:
-        user = templates()["ranker"]["pairwise"].format(
-            schema=context.schema,
-            question=context.question,
-            hint=_hint(context),
-            sql_a=a.sql,
-            result_a=render_observation(a.result, max_rows=PREVIEW_ROWS),
-            sql_b=b.sql,
-            result_b=render_observation(b.result, max_rows=PREVIEW_ROWS),
-        )
-        return self._chat(user)
+        return pair_prompt(self.tokenizer, context, a, b)
 
     def _point_prompt(self, context: Context, c: Candidate) -> str:
         user = templates()["ranker"]["pointwise"].format(
@@ -155,6 +140,28 @@ class LetterJudge:
         logp = next_token_logprobs(self.model, self.tokenizer, prompts, self.batch_size)
         self.calls += len(prompts)
         return torch.softmax(logp[:, letters], dim=-1)[:, 0].tolist()
+
+
+def pair_prompt(tokenizer, context: Context, a: Candidate, b: Candidate) -> str:
+    """The pairwise judgment's chat prompt: is query A or query B the right one?"""
+    user = templates()["ranker"]["pairwise"].format(
+        schema=context.schema,
+        question=context.question,
+        hint=_hint(context),
+        sql_a=a.sql,
+        result_a=render_observation(a.result, max_rows=PREVIEW_ROWS),
+        sql_b=b.sql,
+        result_b=render_observation(b.result, max_rows=PREVIEW_ROWS),
+    )
+    return _ranker_chat(tokenizer, user)
+
+
+def _ranker_chat(tokenizer, user: str) -> str:
+    messages = [
+        {"role": "system", "content": templates()["ranker"]["system"]},
+        {"role": "user", "content": user},
+    ]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 @torch.no_grad()

@@ -1,6 +1,6 @@
 """Training pairs of the ranker role: one correct and one wrong candidate, in both orders.
 
-    pairs, stats = build_pairs(examples, engine, prompts, judge, executor, candidates=8)
+    pairs, stats = build_pairs(examples, engine, prompts, render, executor, candidates=8)
     write_pairs("data/ranker/train.jsonl", pairs)
 
 The candidates are what the ranker meets at test time: for each question, the retriever's
@@ -9,8 +9,9 @@ it at `temperature`, each runs and is matched against the gold answer, and the r
 grouped by result (`acesql.eval.majority.group_results`: failed or truncated SQL forms no
 group). A question whose groups include a correct one and a wrong one gives up to
 `pairs_per_question` pairs, correct groups and wrong groups taken in turn, each represented
-by its first member. A pair keeps both prompts of the judge (`LetterJudge.pair_prompt`):
-the correct query as A, and as B. Questions that give no pair are counted by reason.
+by its first member. A pair keeps both prompts of the judge (`render(context, a, b)`, by
+default `acesql.ranking.judge.pair_prompt` with the policy's tokenizer): the correct query as
+A, and as B. Questions that give no pair are counted by reason.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def build_pairs(
     examples: list[Example],
     engine,
     prompts,
-    judge,
+    render,
     executor,
     *,
     candidates: int = 8,
@@ -71,7 +72,8 @@ def build_pairs(
     seed: int = 0,
     schemas: SchemaCache | None = None,
 ) -> tuple[list[RankerPair], PairStats]:
-    """Pairs from `examples` (see the module doc); `judge` renders the pair prompts."""
+    """Pairs from `examples` (see the module doc); `render(context, a, b)` writes a pair's
+    prompt."""
     schemas = schemas or SchemaCache(prompts.sample_values)
     stats = PairStats()
     usable = [e for e in examples if e.unusable is None]
@@ -118,8 +120,8 @@ def build_pairs(
                     f"{ex.db_id}#{ex.index}",
                     a.sql,
                     b.sql,
-                    judge.pair_prompt(context, a, b),
-                    judge.pair_prompt(context, b, a),
+                    render(context, a, b),
+                    render(context, b, a),
                 )
             )
         stats.with_pairs += 1

@@ -14,6 +14,7 @@ pairs, why questions gave none), also logged to MLflow.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from acesql.data.filtering import filter_examples
@@ -29,7 +30,7 @@ def work(s: dict, tracker) -> dict:
     from acesql.models.base_model import load_tokenizer
     from acesql.models.engine import open_engine
     from acesql.models.prompts import PromptBuilder
-    from acesql.ranking.judge import LetterJudge
+    from acesql.ranking.judge import pair_prompt
     from acesql.ranking.pairs import build_pairs, write_pairs
     from acesql.sql.batch_executor import BatchExecutor
 
@@ -43,7 +44,7 @@ def work(s: dict, tracker) -> dict:
         tokenizer, s["base_model"].reasoning, s["prompt"].sample_values, s["prompt"].sql_format
     )
     engine = open_engine(cfg.generation, model_dir)
-    judge = LetterJudge(None, tokenizer)  # renders prompts only
+    render = functools.partial(pair_prompt, tokenizer)
     schemas = SchemaCache(s["prompt"].sample_values)
     metrics, built = {}, {}
     try:
@@ -59,7 +60,7 @@ def work(s: dict, tracker) -> dict:
                     examples,
                     engine,
                     prompts,
-                    judge,
+                    render,
                     executor,
                     candidates=cfg.candidates,
                     temperature=cfg.generation.temperature,
