@@ -11,7 +11,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run ui ui-stop deploy worker trigger test test-slow lint format bench bench-pcgrad bench-grpo bench-replicas bench-dist clean
+.PHONY: setup run heldout ui ui-stop deploy worker trigger test test-slow lint format bench bench-pcgrad bench-grpo bench-replicas bench-dist clean
 
 # While `make ui`'s Prefect server runs (its PID lives), `make run` reports to it.
 UI_API := $(shell test -f .ui/prefect.api && ps -p $$(cat .ui/prefect.pid 2>/dev/null) >/dev/null 2>&1 && cat .ui/prefect.api)
@@ -81,6 +81,12 @@ lint: setup
 
 format: setup
 	$(PY) -m ruff format . && $(PY) -m ruff check --fix .
+
+# The held-out evaluations of docs/results.md on this checkout's models (base, sft, grpo):
+# Spider dev (300) where SPIDER exists and test_ood (200), then the paired comparisons.
+# Hours on a CPU; resumable: run it again after a kill.
+heldout: setup
+	SPIDER=$(SPIDER) sh scripts/heldout . results/heldout
 
 bench: setup
 	$(PY) bench/exec_bench.py --spider $(SPIDER)
