@@ -9,7 +9,8 @@ The prompts are `templates/prompts.yaml`'s `ranker` section, rendered with the m
 template; the answer is read as the probability mass of the letter tokens (`A` / `B`, `Yes` /
 `No`) at the first answer position, renormalised over those letters. A pair is asked in both
 orders and averaged, which cancels the judge's preference for a position; judgments are
-cached by the SQL texts, so a pair or a candidate is never judged twice for one question.
+cached by the question, the schema shown and the SQL texts, so a pair or a candidate is never
+judged twice for one question (and a question asked of two databases is judged on each).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class LetterJudge:
         self, context: Context, pairs: list[tuple[Candidate, Candidate]]
     ) -> list[float]:
         """P(first is right) for each pair, both orders averaged (one batch for the new ones)."""
-        keys = [(context.question, a.sql, b.sql) for a, b in pairs]
+        keys = [(context.question, context.schema, a.sql, b.sql) for a, b in pairs]
         todo = [(k, a, b) for k, (a, b) in zip(keys, pairs) if k not in self._pairs]
         prompts = []
         for _, a, b in todo:
@@ -73,7 +74,7 @@ class LetterJudge:
         return [self._pairs[k] for k in keys]
 
     def pointwise_many(self, context: Context, candidates: list[Candidate]) -> list[float]:
-        keys = [(context.question, c.sql) for c in candidates]
+        keys = [(context.question, context.schema, c.sql) for c in candidates]
         todo = [(k, c) for k, c in zip(keys, candidates) if k not in self._points]
         probs = self._first_letter(
             [self._point_prompt(context, c) for _, c in todo], self.letters["point"]
