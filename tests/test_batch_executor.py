@@ -189,3 +189,14 @@ def test_repeated_predictions_and_the_gold_itself_run_once_unless_volatile(schoo
     assert verdicts[3].pred.rows == [(60,)] and verdicts[0].pred.rows == [(1,)]
     # the gold once (the candidate equal to it reuses it), "SELECT 1" once, random() twice
     assert sorted(ran) == sorted([gold, "SELECT 1", *["SELECT abs(random()) >= 0"] * 2])
+
+
+def test_a_worker_dead_before_the_batch_starts_is_replaced_not_written_to(school_db):
+    with BatchExecutor(workers=2, timeout_s=3) as ex:
+        ex.execute_many([(school_db, "SELECT 1")] * 4)  # start the workers
+        dead = ex._workers[0].process
+        os.kill(dead.pid, signal.SIGKILL)
+        dead.join()  # gone, and its end of the pipe closed, before the next batch
+        results = ex.execute_many([(school_db, QUERIES[0])] * 40)
+        assert all(r.ok and r.rows == [(60,)] for r in results)
+        assert ex.restarts == 1 and dead.pid not in ex.worker_pids()

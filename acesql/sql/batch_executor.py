@@ -207,15 +207,23 @@ class BatchExecutor:
         return results
 
     def _feed(self, jobs, queues, chunk_size) -> None:
+        n = len(self._workers)
         for i, worker in enumerate(self._workers):
             while len(worker.inflight) < PREFETCH_CHUNKS:
                 own = queues[i]
                 source = own if own else max(queues, key=len)
                 if not source:
                     break
-                take = min(chunk_size, len(source))
+                # chunks shrink as the work runs out, so no worker is left with a long
+                # chunk while the others idle at the end
+                queued = sum(len(q) for q in queues)
+                take = min(chunk_size, len(source), max(1, queued // (2 * n * PREFETCH_CHUNKS)))
                 chunk = [own.popleft() if own else source.pop() for _ in range(take)]
-                worker.conn.send([(idx, jobs[idx]) for idx in chunk])
+                try:
+                    worker.conn.send([(idx, jobs[idx]) for idx in chunk])
+                except OSError:  # the worker died since the last look: it is replaced, and
+                    own.extendleft(reversed(chunk))  # its successor takes this chunk
+                    break
                 worker.inflight.append(chunk)
 
     def _collect(self, worker: _Worker, results, bar) -> int:
