@@ -647,7 +647,9 @@ class PrmSection(Section):
     )
     learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate.")
     batch_size: int = Field(4, ge=1, description="Records per step.")
-    max_length: int = Field(2048, ge=64, description="Longer inputs are cut (from the right).")
+    max_length: int = Field(
+        2048, ge=64, description="Longer inputs lose their start (the step marker stays)."
+    )
 
 
 class DistributedSection(Section):

@@ -111,6 +111,7 @@ class TrajectoryScorer:
 
         tokenizer = load_tokenizer(base)
         tokenizer.padding_side = "right"
+        tokenizer.truncation_side = "left"  # a long input loses its start, never the marker
         try:
             model = AutoModelForSequenceClassification.from_pretrained(
                 resolve_model_path(base), num_labels=1, dtype=torch.float32
