@@ -319,3 +319,15 @@ def test_grpo_adds_the_process_reward_to_the_outcome_for_chains_only(
     for r, got in zip(rollouts, rewards):
         outcome = [1.0 if m else 0.0 for m in r.matched]  # no length penalty in this config
         assert got == [outcome[0] + 0.5, *outcome[1:]]
+
+
+def test_a_long_input_keeps_its_step_marker(tiny_model_dir):
+    from acesql.prm.model import STEP_MARKER, TrajectoryScorer, render_record
+
+    scorer = TrajectoryScorer.from_base(tiny_model_dir, max_length=24)
+    record = _record(0, 1.0, True) | {"schema": "singer(name, age) " * 50}
+    ids = scorer.tokenizer(
+        render_record(record), truncation=True, max_length=24, add_special_tokens=False
+    ).input_ids
+    marker = scorer.tokenizer(STEP_MARKER, add_special_tokens=False).input_ids
+    assert len(ids) == 24 and ids[-len(marker) :] == marker
