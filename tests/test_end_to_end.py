@@ -189,7 +189,6 @@ def test_the_command_and_the_stage_evaluate_alike(
     section = EvaluateSection(
         model=str(tiny_model_dir),
         limit=3,
-        maj_k=0,
         generation=GenerationSection(max_new_tokens=8, temperature=0.0, bf16_autocast=False),
     )
     examples = filter_examples(

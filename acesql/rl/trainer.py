@@ -670,6 +670,9 @@ def run_fingerprint(model_dir, seed: int, cfg, examples: list[Example], pool: Em
     data = [f"{ex.db_id}\0{ex.question}\0{ex.sql}" for ex in examples]
     data.append(json.dumps(pool.to_dict(), sort_keys=True))
     settings = cfg.model_dump(mode="json")
+    if settings.get("generator_reward") == "outcome":  # runs from before the switch resume
+        settings.pop("generator_reward")
+        settings.pop("prm_model")
     return fingerprint([str(model_dir), seed], settings, paced=PACED, data=data)
 
 
