@@ -39,9 +39,8 @@ from acesql.agent.rewards import (
     partial_correctness,
 )
 from acesql.errors import ConfigError
-from acesql.models.freezing import train_top_layers
 from acesql.rl.advantages import group_advantages
-from acesql.rl.update import DualRoleUpdate, ScoredSequence
+from acesql.rl.update import ScoredSequence, single_role_training
 from acesql.sql.replicas import ReplicaPool
 from acesql.tracking import NullTracker, Tracker
 
@@ -109,7 +108,6 @@ class AgentGrpoTrainer:
         tracker: Tracker | None = None,
         device: str | None = None,
     ):
-        from acesql.models.base_model import load_policy, load_tokenizer
         from acesql.models.hf_engine import HFEngine
 
         if not tasks:
@@ -119,21 +117,11 @@ class AgentGrpoTrainer:
         self.tracker = tracker or NullTracker()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         torch.manual_seed(seed)
-        self.tokenizer = load_tokenizer(model_dir)
-        self.model, self.ref = load_policy(model_dir, str(self.device), cfg.beta > 0)
-        trainable = train_top_layers(self.model, cfg.train_layers)
-        self.optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate)
-        self.update = DualRoleUpdate(
-            self.model,
-            self.optimizer,
-            None,
-            self.ref,
-            clip_eps=cfg.clip_eps,
-            beta=cfg.beta,
-            grad_clip=cfg.grad_clip,
+        self.tokenizer, self.model, self.ref, self.optimizer, self.update = single_role_training(
+            model_dir,
+            cfg,
+            self.device,
             micro_batch_size=cfg.micro_batch_size,
-            pad_id=self.tokenizer.pad_token_id,
-            bf16_autocast=cfg.bf16_autocast,
             share_prompts=False,
         )
         self.engine = HFEngine(

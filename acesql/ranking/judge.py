@@ -115,8 +115,7 @@ class LetterJudge:
 
     # ------------------------------------------------------------------ internals
     def _token(self, text: str) -> int:
-        ids = self.tokenizer(text, add_special_tokens=False).input_ids
-        return ids[0]
+        return letter_id(self.tokenizer, text)
 
     def _chat(self, user: str) -> str:
         return _ranker_chat(self.tokenizer, user)
@@ -141,6 +140,11 @@ class LetterJudge:
         logp = next_token_logprobs(self.model, self.tokenizer, prompts, self.batch_size)
         self.calls += len(prompts)
         return torch.softmax(logp[:, letters], dim=-1)[:, 0].tolist()
+
+
+def letter_id(tokenizer, text: str) -> int:
+    """The token an answer starting with `text` begins with (`A`, `B`, `Yes`, `No`)."""
+    return tokenizer(text, add_special_tokens=False).input_ids[0]
 
 
 def pair_prompt(tokenizer, context: Context, a: Candidate, b: Candidate) -> str:

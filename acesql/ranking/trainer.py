@@ -33,11 +33,10 @@ import torch
 
 from acesql.checkpoint import Checkpoints, fingerprint, save_model
 from acesql.errors import ConfigError
-from acesql.models.freezing import train_top_layers
-from acesql.ranking.judge import next_token_logprobs
+from acesql.ranking.judge import letter_id, next_token_logprobs
 from acesql.ranking.pairs import RankerPair
 from acesql.rl.advantages import group_advantages
-from acesql.rl.update import DualRoleUpdate, ScoredSequence
+from acesql.rl.update import ScoredSequence, single_role_training
 from acesql.tracking import NullTracker, Tracker
 
 
@@ -85,8 +84,6 @@ class RankerTrainer:
         tracker: Tracker | None = None,
         device: str | None = None,
     ):
-        from acesql.models.base_model import load_policy, load_tokenizer
-
         if not pairs:
             raise ConfigError(
                 "no ranker pairs to train on: ranker_data found no question with both a "
@@ -97,26 +94,10 @@ class RankerTrainer:
         self.tracker = tracker or NullTracker()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         torch.manual_seed(seed)
-        self.tokenizer = load_tokenizer(model_dir)
-        self.letters = tuple(
-            self.tokenizer(t, add_special_tokens=False).input_ids[0] for t in ("A", "B")
+        self.tokenizer, self.model, self.ref, self.optimizer, self.update = single_role_training(
+            model_dir, cfg, self.device, micro_batch_size=cfg.samples, share_prompts=True
         )
-        self.model, self.ref = load_policy(model_dir, str(self.device), cfg.beta > 0)
-        trainable = train_top_layers(self.model, cfg.train_layers)
-        self.optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate)
-        self.update = DualRoleUpdate(
-            self.model,
-            self.optimizer,
-            None,
-            self.ref,
-            clip_eps=cfg.clip_eps,
-            beta=cfg.beta,
-            grad_clip=cfg.grad_clip,
-            micro_batch_size=cfg.samples,
-            pad_id=self.tokenizer.pad_token_id or 0,
-            bf16_autocast=cfg.bf16_autocast,
-            share_prompts=True,
-        )
+        self.letters = (letter_id(self.tokenizer, "A"), letter_id(self.tokenizer, "B"))
         self.history: list[dict] = []
         self.evaluations: list[dict] = []
 

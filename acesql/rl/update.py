@@ -264,6 +264,34 @@ class DualRoleUpdate:
         return out, cmask
 
 
+def single_role_training(model_dir, cfg, device, *, micro_batch_size: int, share_prompts: bool):
+    """(tokenizer, policy, reference, optimizer, update) of a one-role RL stage: the policy in
+    fp32 with its top `cfg.train_layers` blocks trainable, a frozen reference when
+    `cfg.beta > 0`, AdamW at `cfg.learning_rate`, and the clipped update with the k3 KL.
+    `cfg` has learning_rate, clip_eps, beta, grad_clip, train_layers and bf16_autocast (the
+    agent's and the ranker's sections)."""
+    from acesql.models.base_model import load_policy, load_tokenizer
+    from acesql.models.freezing import train_top_layers
+
+    tokenizer = load_tokenizer(model_dir)
+    model, ref = load_policy(model_dir, str(device), cfg.beta > 0)
+    optimizer = torch.optim.AdamW(train_top_layers(model, cfg.train_layers), lr=cfg.learning_rate)
+    update = DualRoleUpdate(
+        model,
+        optimizer,
+        None,
+        ref,
+        clip_eps=cfg.clip_eps,
+        beta=cfg.beta,
+        grad_clip=cfg.grad_clip,
+        micro_batch_size=micro_batch_size,
+        pad_id=tokenizer.pad_token_id or 0,
+        bf16_autocast=cfg.bf16_autocast,
+        share_prompts=share_prompts,
+    )
+    return tokenizer, model, ref, optimizer, update
+
+
 def _local(grad: torch.Tensor) -> torch.Tensor:
     """This process's slice of a sharded (DTensor) gradient; a plain tensor as it is."""
     return grad.to_local() if hasattr(grad, "to_local") else grad
