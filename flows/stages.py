@@ -1,6 +1,6 @@
 """One flow per DVC stage (`acesql-<stage>`), its params.yaml section a typed parameter.
 
-Each flow takes the stage's own section (the pydantic class of acesql/config.py, so the
+Each flow takes the stage's own section (the pydantic class of acesql/config/, so the
 Prefect UI shows it as a form) and runs `dvc repro <stage>`. A run given a section writes it
 into params.yaml first: the fields it sets replace params.yaml's (the UI's form sets them all;
 from Python, `sft_flow(sft={"learning_rate": 1e-4})` sets one), the result is validated, then

@@ -244,7 +244,7 @@ def test_evaluate_sql_with_a_lone_surrogate_and_with_bad_utf8(sample_dir, tmp_pa
 
 
 def test_rows_file_is_written_whole_or_not_at_all(tmp_path):
-    from acesql.cli import _write_jsonl
+    from acesql.cli.options import write_jsonl
 
     out = tmp_path / "rows.jsonl"
     out.write_text("old\n")
@@ -254,7 +254,7 @@ def test_rows_file_is_written_whole_or_not_at_all(tmp_path):
         raise RuntimeError("killed mid-way")
 
     with pytest.raises(RuntimeError):
-        _write_jsonl(out, rows())
+        write_jsonl(out, rows())
     assert out.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["rows.jsonl"]
 
 
@@ -312,9 +312,9 @@ def test_a_missing_model_folder_is_a_local_error(model, sample_dir):
 
 
 def test_a_bare_model_name_may_still_be_a_hub_id():
-    from acesql.cli import _model_folder
+    from acesql.cli.options import model_folder
 
-    assert _model_folder(None, None, "gpt2") == "gpt2"
+    assert model_folder(None, None, "gpt2") == "gpt2"
 
 
 def test_evaluate_sql_with_no_usable_gold_says_nothing_scorable(sample_dir, tmp_path):

@@ -15,9 +15,9 @@ from acesql.eval.majority import majority_vote
 from acesql.eval.metrics import failure_category, summarize
 from acesql.eval.runner import evaluate_to_folder
 from acesql.eval.sql_eval import load_predictions, write_bird_predictions
-from acesql.models.engine import Completion
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.sandbox import ExecResult
+from tests.helpers import RoleEngine, sql_answer
 
 
 def ok(*rows):
@@ -141,31 +141,25 @@ def test_summary_by_hand():
     assert s["by_complexity"]["simple"]["usable"] == 2
 
 
-class Scripted:
+class Scripted(RoleEngine):
     """Retriever answers the gold columns; the generator answers from `answers(example, i)`,
     i = sample number (0 for greedy). Counts prompts, and can fail after `fail_after` calls."""
 
     def __init__(self, examples, answers, fail_after=None):
-        self.examples, self.answers, self.fail_after = examples, answers, fail_after
+        super().__init__(examples, self._generator)
+        self.answers, self.fail_after = answers, fail_after
         self.calls, self.prompts = 0, 0
 
-    def generate(self, prompts, n=1, **kw):
+    def _generator(self, ex, n, options):
+        greedy = options.get("temperature") == 0.0
+        return [sql_answer(self.answers(ex, 0 if greedy else i + 1)) for i in range(n)]
+
+    def generate(self, prompts, n=1, **options):
         if self.fail_after is not None and self.calls >= self.fail_after:
             raise KeyboardInterrupt("killed")
         self.calls += 1
         self.prompts += len(prompts)
-        out = []
-        for p in prompts:
-            ex = next(e for e in self.examples if e.question in p)
-            if "schema linking" in p:
-                texts = ["```\n[" + ", ".join(ex.gold_columns) + "]\n```"] * n
-            else:
-                greedy = kw.get("temperature") == 0.0
-                texts = [
-                    f"```sql\n{self.answers(ex, 0 if greedy else i + 1)}\n```" for i in range(n)
-                ]
-            out.append([Completion(t, [1] * 3, [-0.1] * 3, "stop") for t in texts])
-        return out
+        return super().generate(prompts, n, **options)
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,11 @@ import yaml
 
 from acesql.config import GrpoSection
 from acesql.data.loaders import load_dataset
-from acesql.models.engine import Completion
 from acesql.rl.pool import EmpiricalPool
 from acesql.rl.rollout import question_key
 from acesql.rl.trainer import GrpoTrainer, question_order
 from acesql.rl.update import ScoredSequence
+from tests.helpers import RoleEngine, columns_answer, sql_answer
 
 
 @pytest.fixture(scope="module")
@@ -30,41 +30,20 @@ def examples(synth_dir):
     return load_dataset(synth_dir, "synth", "train").examples[:4]
 
 
-class ScriptedEngine:
+def scripted_engine(examples, tokenizer, right_every=2) -> RoleEngine:
     """Every `right_every`-th sample answers right (gold columns / gold SQL); None: none do."""
 
-    def __init__(self, examples, tokenizer, right_every=2):
-        self.examples = examples
-        self.tokenizer = tokenizer
-        self.right_every = right_every
-        self.weight_updates = 0
+    def right(i):
+        return right_every is not None and i % right_every == 0
 
-    def _completion(self, text):
-        ids = self.tokenizer(text, add_special_tokens=False).input_ids + [
-            self.tokenizer.eos_token_id
-        ]
-        return Completion(text, ids, [-1.0] * len(ids), "stop")
+    def retriever(ex, n, options):
+        bad = columns_answer(ex.gold_columns[:1]) if len(ex.gold_columns) > 1 else "?"
+        return [columns_answer(ex.gold_columns) if right(i) else bad for i in range(n)]
 
-    def generate(self, prompts, n=1, **kw):
-        out = []
-        for p in prompts:
-            ex = next(e for e in self.examples if e.question in p)
-            if "schema linking" in p:
-                good = "```\n[" + ", ".join(ex.gold_columns) + "]\n```"
-                bad = "```\n[" + ex.gold_columns[0] + "]\n```" if len(ex.gold_columns) > 1 else "?"
-            else:
-                good, bad = f"```sql\n{ex.sql}\n```", "```sql\nSELECT 1 WHERE 0\n```"
-            out.append([self._completion(good if self._right(i) else bad) for i in range(n)])
-        return out
+    def generator(ex, n, options):
+        return [sql_answer(ex.sql if right(i) else "SELECT 1 WHERE 0") for i in range(n)]
 
-    def _right(self, i):
-        return self.right_every is not None and i % self.right_every == 0
-
-    def update_weights(self, model):
-        self.weight_updates += 1
-
-    def close(self):
-        pass
+    return RoleEngine(examples, generator, retriever, tokenizer=tokenizer)
 
 
 SEQS = {  # hand-made sequences for the update: prompt ids, completion ids, advantage
@@ -110,7 +89,7 @@ def _trainer(tiny_model_dir, examples, tmp_path, cfg, engine_right_every=2, **kw
         tmp_path / "grpo",
         cfg,
         progress=False,
-        engine_factory=lambda model, tok: ScriptedEngine(examples, tok, engine_right_every),
+        engine_factory=lambda model, tok: scripted_engine(examples, tok, engine_right_every),
         **kw,
     )
 
@@ -195,16 +174,16 @@ def test_retriever_is_scored_against_the_pool_before_the_update(tiny_model_dir, 
         tmp_path / "grpo",
         _cfg(schedule=False),
         progress=False,
-        engine_factory=lambda model, tok: ScriptedEngine(wide, tok, 2),
+        engine_factory=lambda model, tok: scripted_engine(wide, tok, 2),
     )
     seen = {}
-    score = trainer._rewards
+    score = trainer.scoring.rewards
 
     def spy(rollouts, *args):
         seen["rewards"] = score(rollouts, *args)
         return seen["rewards"]
 
-    trainer._rewards = spy
+    trainer.scoring.rewards = spy
     record = trainer.step()
     # even samples name every gold column (the set the generator's 2 right SQLs used, which
     # becomes the target after the update: 2 > 0.5); odd samples name the old target alone
@@ -417,24 +396,14 @@ def test_rl_data_stage_keeps_bounded_questions(tmp_path, tiny_model_dir, synth_d
     assert proc.returncode == 2 and "min_correct <= max_correct" in err
 
 
-class CountEngine:
+def count_engine(examples, k) -> RoleEngine:
     """The retriever names the gold columns; the generator's first k[question] SQLs are gold."""
 
-    def __init__(self, examples, k):
-        self.examples, self.k = examples, k
+    def generator(ex, n, options):
+        right = k[ex.question]
+        return [sql_answer(ex.sql)] * right + [sql_answer("SELECT 1 WHERE 0")] * (n - right)
 
-    def generate(self, prompts, n=1, **kw):
-        out = []
-        for p in prompts:
-            ex = next(e for e in self.examples if e.question in p)
-            if "schema linking" in p:
-                texts = ["```\n[" + ", ".join(ex.gold_columns) + "]\n```"] * n
-            else:
-                right = self.k[ex.question]
-                texts = [f"```sql\n{ex.sql}\n```"] * right
-                texts += ["```sql\nSELECT 1 WHERE 0\n```"] * (n - right)
-            out.append([Completion(t, [1, 2], [-1.0, -1.0], "stop") for t in texts])
-        return out
+    return RoleEngine(examples, generator)
 
 
 def test_rl_data_keeps_questions_between_the_bounds(tiny_model_dir, examples):
@@ -445,7 +414,7 @@ def test_rl_data_keeps_questions_between_the_bounds(tiny_model_dir, examples):
     from acesql.sql.batch_executor import BatchExecutor
 
     # question i gets i of 3 SQLs right; bounds [1, 2]: 0 is too hard, 3 too easy
-    engine = CountEngine(examples, {ex.question: i for i, ex in enumerate(examples)})
+    engine = count_engine(examples, {ex.question: i for i, ex in enumerate(examples)})
     prompts = PromptBuilder(load_tokenizer(tiny_model_dir))
     with BatchExecutor(workers=0) as executor:
         kept, pool, stats = build_rl_data(
@@ -568,24 +537,6 @@ def test_shared_prompt_update_equals_the_full_one(tiny_model_dir):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
-class GateEngine:
-    """Right answers in both roles, in a form the test picks."""
-
-    def __init__(self, examples, generator_text, reason="stop"):
-        self.examples, self.generator_text, self.reason = examples, generator_text, reason
-
-    def generate(self, prompts, n=1, **kw):
-        out = []
-        for p in prompts:
-            ex = next(e for e in self.examples if e.question in p)
-            if "schema linking" in p:
-                text = "```\n[" + ", ".join(ex.gold_columns) + "]\n```"
-            else:
-                text = self.generator_text.format(sql=ex.sql)
-            out.append([Completion(text, [1, 2], [-1.0, -1.0], self.reason) for _ in range(n)])
-        return out
-
-
 @pytest.mark.parametrize(
     ("reasoning", "text", "reason", "rewarded"),
     [
@@ -607,7 +558,7 @@ def test_format_gate_in_rollouts(tiny_model_dir, examples, reasoning, text, reas
     with BatchExecutor(workers=0) as executor:
         [r] = rollout(
             examples[:1],
-            GateEngine(examples, text, reason),
+            RoleEngine(examples, lambda ex, n, o: [text.format(sql=ex.sql)] * n, reason=reason),
             prompts,
             SchemaCache(0),
             executor,

@@ -9,41 +9,35 @@ from acesql.models.engine import Completion
 from acesql.prm.labels import label_steps
 from acesql.prm.reward import inverse_entropy_weights, process_reward, step_entropies
 from acesql.sql.batch_executor import BatchExecutor
+from tests.helpers import RoleEngine, sql_answer
 
 
 def chain(gold: str, final: str) -> str:
     return f"WITH\n-- step: the answer\nstep1 AS ({gold})\n-- final: it\n{final}"
 
 
-class Scripted:
+class Scripted(RoleEngine):
     """Retriever: the gold columns. Sampled chains: the gold as one step then its rows (right),
     the same step then no rows (wrong), and a query without steps (malformed). Continuations
     of a prefix: one right, one wrong."""
 
     def __init__(self, examples):
-        self.examples, self.calls = examples, []
+        super().__init__(examples, self._generator)
+        self.calls = []
 
-    def generate(self, prompts, n=1, **kw):
-        out = []
-        for p in prompts:
-            ex = next(e for e in self.examples if e.question in p)
-            if "schema linking" in p:
-                texts = ["```\n[" + ", ".join(ex.gold_columns) + "]\n```"] * n
-            elif p.rstrip().endswith(")"):  # a prefix to continue
-                self.calls.append(("continue", n))
-                texts = [
-                    "\n-- final: it\nSELECT * FROM step1\n```",
-                    "\n-- final: none\nSELECT * FROM step1 LIMIT 0\n```",
-                ][:n]
-            else:
-                self.calls.append(("sample", n))
-                texts = [
-                    "```sql\n" + chain(ex.sql, "SELECT * FROM step1") + "\n```",
-                    "```sql\n" + chain(ex.sql, "SELECT * FROM step1 LIMIT 0") + "\n```",
-                    "```sql\nSELECT 1\n```",
-                ][:n]
-            out.append([Completion(t, [1], [-0.1], "stop") for t in texts])
-        return out
+    def _generator(self, ex, n, options):
+        if self.prompt.rstrip().endswith(")"):  # a prefix to continue
+            self.calls.append(("continue", n))
+            return [
+                "\n-- final: it\nSELECT * FROM step1\n```",
+                "\n-- final: none\nSELECT * FROM step1 LIMIT 0\n```",
+            ][:n]
+        self.calls.append(("sample", n))
+        return [
+            sql_answer(chain(ex.sql, "SELECT * FROM step1")),
+            sql_answer(chain(ex.sql, "SELECT * FROM step1 LIMIT 0")),
+            sql_answer("SELECT 1"),
+        ][:n]
 
 
 def test_step_labels_back_up_every_leaf_under_a_prefix(synth_dir, tiny_model_dir):
@@ -300,7 +294,7 @@ def test_grpo_adds_the_process_reward_to_the_outcome_for_chains_only(
             assert question in {e.question for e in examples} and schema_text
             return [0.5] + [None] * (len(outputs) - 1)
 
-    trainer.process = Halves()
+    trainer.scoring.process = Halves()
     from acesql.rl.rollout import rollout
 
     rollouts = rollout(
@@ -314,8 +308,8 @@ def test_grpo_adds_the_process_reward_to_the_outcome_for_chains_only(
         combine="vote",
         max_new_tokens=16,
     )
-    targets = {r.key: trainer._targets(r) for r in rollouts}
-    rewards = trainer._rewards(rollouts, targets, {})["generator"]
+    targets = {r.key: trainer.scoring.targets(r, trainer.pool) for r in rollouts}
+    rewards = trainer.scoring.rewards(rollouts, targets, {})["generator"]
     for r, got in zip(rollouts, rewards):
         outcome = [1.0 if m else 0.0 for m in r.matched]  # no length penalty in this config
         assert got == [outcome[0] + 0.5, *outcome[1:]]

@@ -12,28 +12,14 @@ import yaml
 
 from acesql.config import RankerSection
 from acesql.data.loaders import load_dataset
-from acesql.models.engine import Completion
 from acesql.ranking.pairs import RankerPair, build_pairs, read_pairs, write_pairs
 from acesql.sql.batch_executor import BatchExecutor
-from tests.helpers import run_stage, write_prepared
+from tests.helpers import RoleEngine, run_stage, sql_answer, write_prepared
 
 
-class Scripted:
+def scripted(examples, answers) -> RoleEngine:
     """The retriever names the gold columns; generator sample i answers `answers(ex, i)`."""
-
-    def __init__(self, examples, answers):
-        self.examples, self.answers = examples, answers
-
-    def generate(self, prompts, n=1, **kw):
-        out = []
-        for p in prompts:
-            ex = next(e for e in self.examples if e.question in p)
-            if "schema linking" in p:
-                texts = ["```\n[" + ", ".join(ex.gold_columns) + "]\n```"] * n
-            else:
-                texts = [f"```sql\n{self.answers(ex, i)}\n```" for i in range(n)]
-            out.append([Completion(t, [1], [-0.1], "stop") for t in texts])
-        return out
+    return RoleEngine(examples, lambda ex, n, o: [sql_answer(answers(ex, i)) for i in range(n)])
 
 
 def render(context, a, b):
@@ -60,7 +46,7 @@ def test_pairs_join_a_correct_and_a_wrong_group_in_both_orders(synth_dir, prompt
 
     with BatchExecutor(workers=0) as executor:
         pairs, stats = build_pairs(
-            examples, Scripted(examples, answers), prompts, render, executor, candidates=4
+            examples, scripted(examples, answers), prompts, render, executor, candidates=4
         )
     assert stats.to_dict() == {
         "questions": 3,

@@ -7,11 +7,13 @@ import pytest
 from acesql.config import SftSection
 from acesql.data.loaders import load_dataset
 from acesql.data.schemas import SchemaCache
+from acesql.models.engine import Completion
 from acesql.models.prompts import PromptBuilder
 from acesql.sft.data import build_gold, build_self_distilled
 from acesql.sft.trainer import IGNORE, tokenize_records, train_sft
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.parsing import parse_columns, parse_sql
+from tests.helpers import RoleEngine, columns_answer, sql_answer
 
 
 @pytest.fixture(scope="module")
@@ -47,33 +49,20 @@ def test_long_prompts_are_dropped_and_counted(examples, prompts):
     assert stats.to_dict()["dropped"]["retriever"]["prompt_too_long"] == len(examples)
 
 
-class ScriptedEngine:
-    """Answers each prompt with fixed text: gold columns/SQL for half the samples."""
+def half_right_engine(examples) -> RoleEngine:
+    """Gold columns for every other retriever sample, the gold SQL for the first generator one."""
 
-    def __init__(self, examples, prompts):
-        self.by_question = {e.question: e for e in examples}
-        self.prompts = prompts
+    def retriever(ex, n, options):
+        return [columns_answer(ex.gold_columns) if i % 2 == 0 else "no idea" for i in range(n)]
 
-    def generate(self, prompts, n=1, **kw):
-        from acesql.models.engine import Completion
+    def generator(ex, n, options):
+        return [sql_answer(ex.sql if i == 0 else "SELECT 1") for i in range(n)]
 
-        out = []
-        for p in prompts:
-            ex = next(e for q, e in self.by_question.items() if q in p)
-            if "schema linking" in p:
-                good = "```\n[" + ", ".join(ex.gold_columns) + "]\n```"
-                texts = [good if i % 2 == 0 else "no idea" for i in range(n)]
-            else:
-                texts = [
-                    f"```sql\n{ex.sql}\n```" if i == 0 else "```sql\nSELECT 1\n```"
-                    for i in range(n)
-                ]
-            out.append([Completion(t, [1, 2], [-0.1, -0.2], "stop") for t in texts])
-        return out
+    return RoleEngine(examples, generator, retriever)
 
 
 def test_self_distillation_keeps_supported_samples(examples, prompts):
-    engine = ScriptedEngine(examples, prompts)
+    engine = half_right_engine(examples)
     records, stats = _distil(examples, prompts, engine, samples=(4, 3), balance=True)
     d = stats.to_dict()
     assert d["n_retriever"] == d["n_generator"] == len(examples)  # one distinct good sample each
@@ -167,23 +156,14 @@ def test_max_steps_stops_on_the_schedule_of_the_whole_run(
     assert cut["losses"] == whole["losses"][:3]
 
 
-class EmptyListEngine(ScriptedEngine):
+def empty_list_engine(examples, cut_off=False) -> RoleEngine:
     """The retriever answers an empty list; the generator the gold SQL, cut off if asked."""
 
-    def __init__(self, examples, prompts, cut_off=False):
-        super().__init__(examples, prompts)
-        self.cut_off = cut_off
+    def generator(ex, n, options):
+        reason = "length" if cut_off else "stop"
+        return [Completion(sql_answer(ex.sql), [1, 2], [-0.1, -0.2], reason)] * n
 
-    def generate(self, prompts, n=1, **kw):
-        from acesql.models.engine import Completion
-
-        out = []
-        for p in prompts:
-            ex = next(e for q, e in self.by_question.items() if q in p)
-            text = "```\n[]\n```" if "schema linking" in p else f"```sql\n{ex.sql}\n```"
-            reason = "length" if self.cut_off and "schema linking" not in p else "stop"
-            out.append([Completion(text, [1, 2], [-0.1, -0.2], reason) for _ in range(n)])
-        return out
+    return RoleEngine(examples, generator, lambda ex, n, options: [columns_answer([])] * n)
 
 
 def _distil(examples, prompts, engine, samples=(2, 2), balance=False):
@@ -216,7 +196,7 @@ def test_sql_with_unresolved_columns_supports_no_retriever_sample(examples, prom
 
     monkeypatch.setattr(data, "extract_columns", unresolved)
     # the vote is empty, so the generator sees an empty schema; its gold SQL still executes
-    records, stats = _distil(examples, prompts, EmptyListEngine(examples, prompts))
+    records, stats = _distil(examples, prompts, empty_list_engine(examples))
     d = stats.to_dict()
     assert d["dropped"]["generator"]["columns_unresolved"] == 2 * len(examples)
     # an empty list once "supported" every such SQL (frozenset() <= anything); now none
@@ -225,6 +205,6 @@ def test_sql_with_unresolved_columns_supports_no_retriever_sample(examples, prom
 
 
 def test_outputs_cut_off_at_the_token_limit_are_never_targets(examples, prompts):
-    records, stats = _distil(examples, prompts, EmptyListEngine(examples, prompts, cut_off=True))
+    records, stats = _distil(examples, prompts, empty_list_engine(examples, cut_off=True))
     assert stats.to_dict()["dropped"]["generator"]["malformed"] == 2 * len(examples)
     assert [r for r in records if r["role"] == "generator"] == []

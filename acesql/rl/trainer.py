@@ -4,7 +4,7 @@ One step, top to bottom (`GrpoTrainer.step`):
 
     questions -> N retriever rollouts -> parse + vote -> pruned schema -> N generator rollouts
     -> batch execution (gold cached) -> targets S*(q) read from the pool -> pool update
-    -> rewards -> advantages per role
+    -> rewards -> advantages per role (`acesql.rl.scoring`)
     -> two losses -> two backward passes -> PCGrad -> one optimizer step (grad-norm clip)
     -> log -> checkpoint
 
@@ -68,23 +68,18 @@ import torch
 
 from acesql.checkpoint import Checkpoint, Checkpoints, fingerprint, save_model
 from acesql.data.loaders import Example
-from acesql.data.schemas import SchemaCache, gold_columns
+from acesql.data.schemas import SchemaCache
 from acesql.distributed import SINGLE, Dist, full_state_dict, load_full_state, shard_model
-from acesql.errors import ConfigError, SqlParseError
+from acesql.errors import ConfigError
 from acesql.models.freezing import train_top_layers
 from acesql.models.prompts import PromptBuilder
 from acesql.progress import StepBar
-from acesql.rl.advantages import group_advantages
 from acesql.rl.pool import EmpiricalPool
-from acesql.rl.rewards import (
-    ROLES,
-    dense_retriever_reward,
-    generator_reward,
-    retriever_reward,
-)
-from acesql.rl.rollout import QuestionRollout, rollout
+from acesql.rl.rewards import ROLES
+from acesql.rl.rollout import rollout
 from acesql.rl.schedule import generator_weight
-from acesql.rl.update import DualRoleUpdate, ScoredSequence
+from acesql.rl.scoring import StepScorer
+from acesql.rl.update import DualRoleUpdate
 from acesql.tracking import NullTracker, Tracker
 
 # settings that only pace or log a run: changing them still resumes its checkpoints
@@ -247,14 +242,20 @@ class GrpoTrainer:
 
             self.engine = open_engine(gen, model_dir)
         self.executor = _TimedExecutor(BatchExecutor(timeout_s=cfg.timeout_s))
-        self.process = self._process_scorer(cfg, sql_format)
+        self.scoring = StepScorer(
+            cfg,
+            self.schemas,
+            self.prompts,
+            self.tokenizer,
+            dist=dist,
+            process=self._process_scorer(cfg, sql_format),
+        )
         self.state = RunState(
             fingerprint=run_fingerprint(model_dir, seed, cfg, examples, pool),
             world_size=dist.world_size,
             sharding=dist.sharding if dist.enabled else "none",
         )
         self._pending: list[dict] = []  # step records not yet sent to the tracker
-        self._gold_sets: dict[str, frozenset[str] | None] = {}
 
     # ------------------------------------------------------------------------- the run
 
@@ -323,14 +324,8 @@ class GrpoTrainer:
             seed=self.seed * 100_003 + step,
         )
         t_rollout = time.monotonic() - t0 - self.executor.seconds
-        # the retriever is scored against the pool as it stood before this rollout (the
-        # authors' order): a step never rewards a set its own generator samples just added
-        targets = {r.key: self._targets(r) for r in rollouts}
-        dense = self.cfg.retriever_reward == "dense"
-        support = {r.key: self._support(r) for r in rollouts} if dense else {}
-        pool_info = self._update_pool(rollouts, targets)
-        rewards = self._rewards(rollouts, targets, support)
-        seqs, adv_stats = self._sequences(rollouts, rewards)
+        # targets from the pool as it stood before this rollout, then the pool update
+        rewards, seqs, scored = self.scoring.score(rollouts, self.pool)
 
         t1 = time.monotonic()
         update = self.update(seqs, lam)
@@ -342,12 +337,11 @@ class GrpoTrainer:
         for role in ROLES:
             record[f"{role}/reward_mean"] = self._mean([x for q in rewards[role] for x in q])
         record["generator/match_rate"] = self._mean([m for x in rollouts for m in x.matched])
-        record["retriever/match_rate"] = pool_info.pop("retriever_match_rate")
+        record["retriever/match_rate"] = scored.pop("retriever/match_rate")
         for role, key in (("retriever", "retriever"), ("generator", "generator")):
             lengths = [len(c.token_ids) for x in rollouts for c in getattr(x, key)]
             record[f"{role}/response_tokens"] = self._mean(lengths)
-        record.update(pool_info)
-        record.update(adv_stats)
+        record.update(scored)
         record.update(update)
         record["time/rollout_s"] = t_rollout
         record["time/execution_s"] = self.executor.seconds
@@ -362,60 +356,7 @@ class GrpoTrainer:
         total, n = self.dist.sum([sum(values), len(values)])
         return total / n if n else 0.0
 
-    # --------------------------------------------------------------- pool and rewards
-
-    def _update_pool(self, rollouts: list[QuestionRollout], targets: dict) -> dict:
-        """Feed every process's matched sets to the pool, in question order, on every process."""
-        changes, non_gold, matched = 0, 0, 0
-        ret_hits, ret_total = 0, 0
-        fed = [(r.key, r.matched_sets) for r in rollouts]
-        for key, sets in (item for part in self.dist.gather_objects(fed) for item in part):
-            if key in self.pool:
-                before = self.pool.update(key, sets)
-            else:
-                before = []
-                self.pool.seed(key, sets)
-            changes += before != self.pool.targets(key)
-        for r in rollouts:
-            gold = self._gold(r)
-            for s in r.matched_sets:
-                matched += 1
-                non_gold += gold is not None and s != gold
-            for s in r.retrieved:
-                ret_total += 1
-                ret_hits += s is not None and any(s == t for t in targets[r.key])
-        non_gold, matched, ret_hits, ret_total = self.dist.sum(
-            [non_gold, matched, ret_hits, ret_total]
-        )
-        stats = self.pool.stats()
-        return {
-            "pool/with_target": stats["with_target"],
-            "pool/distinct_sets": stats["distinct_sets"],
-            "pool/target_changes": changes,
-            "generator/non_gold_ratio": non_gold / matched if matched else 0.0,
-            "retriever_match_rate": ret_hits / max(ret_total, 1),
-        }
-
-    def _gold(self, r: QuestionRollout) -> frozenset[str] | None:
-        """The gold column set of a question, resolved once per run."""
-        if r.key not in self._gold_sets:
-            try:
-                self._gold_sets[r.key] = gold_columns(r.example, self.schemas(r.example))
-            except SqlParseError:  # a gold query sqlglot cannot resolve has no gold set
-                self._gold_sets[r.key] = None
-        return self._gold_sets[r.key]
-
-    def _targets(self, r: QuestionRollout) -> list[frozenset[str]]:
-        if self.cfg.retriever_target == "gold":
-            gold = self._gold(r)
-            return [gold] if gold else []
-        return self.pool.targets(r.key)
-
-    def _support(self, r: QuestionRollout) -> list[frozenset[str]]:
-        """The dense reward's sets: the pool's support, or the gold target's one set."""
-        if self.cfg.retriever_target == "empirical":
-            return self.pool.support(r.key)
-        return self._targets(r)
+    # ------------------------------------------------------------------ set-up
 
     def _process_scorer(self, cfg, sql_format: str):
         """The frozen score model of `generator_reward: process`, or None."""
@@ -434,65 +375,6 @@ class GrpoTrainer:
         scorer = TrajectoryScorer.load(cfg.prm_model, device=str(self.device))
         scorer.model.requires_grad_(False)
         return ProcessScorer(scorer, self.tokenizer, self.executor)
-
-    def _rewards(
-        self, rollouts: list[QuestionRollout], targets: dict, support: dict
-    ) -> dict[str, list[list[float]]]:
-        """Each output's reward: the generator's R_out (plus R_proc with the process reward,
-        0 for an output that is not a well-formed chain), the retriever's sparse or dense one."""
-        lp = self.cfg.length_penalty.model_dump()
-        out: dict[str, list[list[float]]] = {"retriever": [], "generator": []}
-        for r in rollouts:
-            rewards = [
-                generator_reward(m, len(c.token_ids), **lp) for m, c in zip(r.matched, r.generator)
-            ]
-            if self.process is not None:
-                ex = r.example
-                schema_text = self.prompts.schema_text(self.schemas(ex), r.schema_columns)
-                process = self.process.rewards(
-                    ex.question, schema_text, ex.evidence, ex.db_path, r.generator
-                )
-                rewards = [o + (p or 0.0) for o, p in zip(rewards, process)]
-            out["generator"].append(rewards)
-            if self.cfg.retriever_reward == "dense":
-                out["retriever"].append(
-                    [dense_retriever_reward(s, support[r.key]) for s in r.retrieved]
-                )
-            else:
-                out["retriever"].append(
-                    [
-                        retriever_reward(s, targets[r.key], len(c.token_ids), **lp)
-                        for s, c in zip(r.retrieved, r.retriever)
-                    ]
-                )
-        return out
-
-    def _sequences(self, rollouts, rewards) -> tuple[dict[str, list[ScoredSequence]], dict]:
-        seqs: dict[str, list[ScoredSequence]] = {"retriever": [], "generator": []}
-        stats = {}
-        cache: dict[str, list[int]] = {}
-
-        def ids(text: str) -> list[int]:
-            if text not in cache:
-                cache[text] = self.tokenizer(text, add_special_tokens=False).input_ids
-            return cache[text]
-
-        for role in ROLES:
-            flat = 0
-            for r, group in zip(rollouts, rewards[role]):
-                adv = group_advantages(group).tolist()
-                if all(a == 0 for a in adv):
-                    flat += 1
-                    if self.cfg.skip_flat_groups:
-                        continue
-                prompt = r.retriever_prompt if role == "retriever" else r.generator_prompt
-                outputs = r.retriever if role == "retriever" else r.generator
-                for c, a in zip(outputs, adv):
-                    if c.token_ids:
-                        seqs[role].append(ScoredSequence(ids(prompt), list(c.token_ids), a))
-            flat, groups = self.dist.sum([flat, len(rollouts)])
-            stats[f"{role}/flat_groups"] = flat / max(groups, 1)
-        return seqs, stats
 
     # ------------------------------------------------------------------ evaluation
 

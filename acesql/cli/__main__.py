@@ -1,0 +1,3 @@
+from acesql.cli import main
+
+main()

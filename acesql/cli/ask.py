@@ -1,0 +1,105 @@
+"""`acesql ask`: one question on any SQLite file, answered by the trained pipeline."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from acesql.cli.options import COUNT, MODES, NON_NEGATIVE, echo_json, json_line, selection_options
+
+
+@click.command("ask")
+@click.option("--model", required=True, type=click.Path(exists=True), help="Model folder.")
+@click.option("--db", "db", required=True, type=click.Path(), help="Any SQLite file (read only).")
+@selection_options("r3")
+@click.option("--mode", type=MODES, default="multiset", show_default=True, help="Result equality.")
+@click.option("--sample-values", default=0, show_default=True, type=NON_NEGATIVE)
+@click.option("--max-new-tokens", default=256, show_default=True, type=COUNT)
+@click.option("--max-rows", default=20, show_default=True, type=COUNT, help="Rows shown.")
+@click.option("--explain", is_flag=True, help="Also the candidates, their groups and scores.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
+@click.argument("question")
+def ask_command(
+    model,
+    db,
+    selection,
+    mode,
+    sample_values,
+    max_new_tokens,
+    max_rows,
+    explain,
+    as_json,
+    question,
+):
+    """Answer QUESTION on the SQLite file DB with the trained pipeline: retriever, generator x n,
+    sandboxed execution, selection; print the chosen SQL and its rows (exit 1: no answer).
+
+    The selection flags are the `selection` params section's (start from a project's with
+    --selection-params params.yaml)."""
+    from acesql.agent.observation import render_observation
+    from acesql.models.engine import load_engine
+    from acesql.models.prompts import PromptBuilder
+    from acesql.ranking.ask import ask, open_schema
+
+    open_schema(db)  # a missing or foreign file fails before the model loads
+    engine = load_engine("transformers", model, progress=False)
+    try:
+        sql_format = "cocte" if selection.method == "prm" else "direct"
+        prompts = PromptBuilder(engine.tokenizer, False, sample_values, sql_format)
+        answer = ask(
+            engine,
+            prompts,
+            db,
+            question,
+            selection,
+            process_scorer=_process_scorer(selection, engine),
+            mode=mode,
+            max_new_tokens=max_new_tokens,
+        )
+    finally:
+        engine.close()
+    if as_json:
+        echo_json(
+            {
+                "sql": answer.sql,
+                "result": answer.result.to_dict() if answer.result else None,
+                "columns": answer.columns,
+                "resampled": answer.resampled,
+                **({"candidates": answer.candidates, "groups": answer.groups} if explain else {}),
+            }
+        )
+    else:
+        if explain:
+            click.echo(f"retrieved columns: {', '.join(answer.columns) or '(none)'}")
+            for i, (sql, result) in enumerate(zip(answer.candidates, answer.results)):
+                state = "ok" if result.ok else f"error: {result.error}"
+                click.echo(f"candidate {i} [{state}]: {sql or '(no SQL)'}")
+            if answer.resampled:
+                click.echo("the auditor found no likely-correct SQL: more candidates were drawn")
+            for rank, group in enumerate(answer.groups, 1):
+                click.echo(f"group {rank}: {json_line(group)}")
+        if answer.sql is None:
+            click.echo("no answer: none of the candidate queries ran", err=True)
+        else:
+            click.echo(answer.sql)
+            click.echo(render_observation(answer.result, max_rows=max_rows))
+    if answer.sql is None:
+        sys.exit(1)
+
+
+def _process_scorer(selection, engine):
+    """The prm selection's scorer (its own model, in-process SQL), or None for the others."""
+    if selection.method != "prm":
+        return None
+    from acesql.prm.model import TrajectoryScorer
+    from acesql.prm.select import ProcessScorer
+    from acesql.sql.batch_executor import BatchExecutor
+
+    if not os.path.isdir(selection.prm_model):
+        raise click.UsageError(
+            f"--prm-model: no such folder {selection.prm_model} (run the prm stage)"
+        )
+    scorer = TrajectoryScorer.load(selection.prm_model)
+    return ProcessScorer(scorer, engine.tokenizer, BatchExecutor(workers=0))

@@ -1,0 +1,340 @@
+"""Scoring: `acesql evaluate-sql` (a predictions file), `acesql eval` (a model), `acesql metrics`
+(the last pipeline run) and `acesql run` (the gold SQL as predictions, a self-check)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import click
+
+from acesql.cli.options import (
+    COUNT,
+    MODES,
+    NON_NEGATIVE,
+    build_section,
+    echo_json,
+    model_folder,
+    regular_file,
+    selection_options,
+    timeout_option,
+    write_jsonl,
+)
+from acesql.data.loaders import LOADERS
+
+
+@click.command("evaluate-sql")
+@click.option(
+    "--dataset",
+    required=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Dataset folder (Spider, BIRD, synthetic or SynSQL layout).",
+)
+@click.option("--format", "fmt", type=click.Choice(sorted(LOADERS)), required=True)
+@click.option("--split", default="dev", show_default=True)
+@click.option(
+    "--predictions",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    callback=regular_file,
+    help='JSON lines {"index": i, "sql": ...} or BIRD predict_dev.json.',
+)
+@click.option("--mode", type=MODES, default="multiset", show_default=True)
+@click.option(
+    "--workers",
+    type=NON_NEGATIVE,
+    default=None,
+    help="SQL worker processes [one per core]; 0: in this process.",
+)
+@timeout_option
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="Write per-example results (JSON lines)."
+)
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def evaluate_sql(dataset, fmt, split, predictions, mode, workers, timeout_s, out, progress):
+    """Score a predictions file by execution accuracy; print the summary.
+
+    Exits 2 with "nothing scorable" when no question has a gold query that runs.
+    """
+    from acesql.data.loaders import load_dataset
+    from acesql.errors import DataError
+    from acesql.eval.sql_eval import evaluate_predictions, load_predictions
+    from acesql.sql.batch_executor import BatchExecutor
+
+    data = load_dataset(dataset, fmt, split)
+    preds = load_predictions(predictions)
+    with BatchExecutor(workers=workers, timeout_s=timeout_s, progress=progress) as executor:
+        summary, rows = evaluate_predictions(data, preds, mode, executor)
+    if out:
+        write_jsonl(out, rows)
+    echo_json(summary)
+    if not summary["usable"]:
+        raise DataError(
+            f"nothing scorable: none of the {summary['n']} questions of {dataset} has a usable "
+            f"gold query ({summary['unusable']})"
+        )
+
+
+DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql": "multiset"}
+
+
+@click.command("eval")
+@click.option(
+    "--model", callback=model_folder, help="Model folder (or models/base with its redirect)."
+)
+@click.option("--dataset", type=click.Path(exists=True, file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(sorted(DEFAULT_MODE)))
+@click.option("--split", default="dev", show_default=True)
+@click.option("--limit", type=COUNT, default=None, help="Questions, spread over databases.")
+@click.option("--mode", type=MODES, default=None, help="Match mode [by format].")
+@click.option(
+    "--retriever-samples",
+    default=1,
+    show_default=True,
+    type=COUNT,
+    help="1: greedy retriever; n: n samples voted.",
+)
+@click.option(
+    "--on-empty-vote",
+    type=click.Choice(["empty", "full_schema"]),
+    default="empty",
+    show_default=True,
+    help="When the retriever selects no column: an empty schema (the paper) or the whole one.",
+)
+@selection_options("greedy")
+@click.option("--reasoning/--no-reasoning", default=False, show_default=True)
+@click.option(
+    "--sample-values",
+    default=0,
+    show_default=True,
+    type=NON_NEGATIVE,
+    help="Per column in schemas.",
+)
+@click.option(
+    "--sql-format",
+    type=click.Choice(["direct", "cocte"]),
+    default="direct",
+    show_default=True,
+    help="How the generator writes SQL: one query, or Chain-of-CTE steps.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["transformers", "vllm"]),
+    default="transformers",
+    show_default=True,
+)
+@click.option("--batch-size", default=8, show_default=True, type=COUNT)
+@click.option("--max-new-tokens", default=256, show_default=True, type=COUNT)
+@click.option(
+    "--bf16/--no-bf16",
+    default=None,
+    help="transformers engine: bf16 matrix products on fp32 weights [where the hardware "
+    "computes bf16 natively].",
+)
+@click.option("--seed", default=0, show_default=True)
+@timeout_option
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    help="Write metrics.json, rows.jsonl, predict_dev.json and report.html; "
+    "a killed run with the same --out resumes.",
+)
+@click.option(
+    "--chunk-size",
+    default=16,
+    show_default=True,
+    type=COUNT,
+    help="With --out: questions saved at a time (what a kill can lose).",
+)
+@click.option(
+    "--compare",
+    nargs=2,
+    metavar="RUN_A RUN_B",
+    help="Instead of evaluating: compare two evaluations (result folders or MLflow run ids); "
+    "with per-question rows on both sides, also B - A on the same questions with a 95% "
+    "bootstrap interval and the exact McNemar p-value.",
+)
+@click.option(
+    "--tracking-uri",
+    default="sqlite:///mlflow.db",
+    show_default=True,
+    help="MLflow store that --compare looks run ids up in.",
+)
+def evaluate_model(
+    model,
+    dataset,
+    fmt,
+    split,
+    limit,
+    mode,
+    retriever_samples,
+    on_empty_vote,
+    selection,
+    reasoning,
+    sample_values,
+    sql_format,
+    engine,
+    batch_size,
+    max_new_tokens,
+    bf16,
+    seed,
+    timeout_s,
+    out,
+    chunk_size,
+    compare,
+    tracking_uri,
+):
+    """Evaluate MODEL in both roles on a dataset split and print the metrics.
+
+    Greedy pipeline EX, generator ability, retriever scores, non-gold ratio and tokens, per
+    complexity; with --selection maj also maj@n and candidate recall, with r3 also pointwise
+    best-of-n and groupwise ranking on the same n candidates. With --out, also per-question
+    rows, BIRD-format predictions and an HTML report. With --compare A B, print a
+    side-by-side table of two evaluations and, per split, their paired difference on the
+    questions both scored.
+
+    The flags build the `evaluate` params section and run the evaluate stage's code
+    (acesql.eval.session), so a folder this command leaves unfinished resumes by either.
+    """
+    if compare:
+        # a bar per downloaded rows file would bury the table
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        from acesql.eval.compare import (
+            compare_table,
+            load_evaluation,
+            load_rows,
+            paired_table,
+            unfinished_note,
+        )
+
+        left, right = (load_evaluation(c, tracking_uri) for c in compare)
+        for note in filter(None, map(unfinished_note, compare)):
+            click.echo(note)
+        click.echo(compare_table(left, right, *compare))
+        paired = paired_table(*(load_rows(c, tracking_uri) for c in compare))
+        click.echo(paired or "\n(no per-question rows on both sides: no paired intervals)")
+        return
+    missing = [
+        o for o, v in (("--model", model), ("--dataset", dataset), ("--format", fmt)) if not v
+    ]
+    if missing:
+        raise click.UsageError(f"missing {', '.join(missing)} (or use --compare A B)")
+    from acesql.config import EvaluateSection, GenerationSection
+    from acesql.data.filtering import filter_examples
+    from acesql.data.loaders import load_dataset
+    from acesql.eval.session import Evaluator
+
+    # the `evaluate` params section, so the stage and this command evaluate alike
+    cfg = build_section(
+        EvaluateSection,
+        model=model,
+        splits=[split],
+        limit=limit,
+        retriever_samples=retriever_samples,
+        on_empty_vote=on_empty_vote,
+        timeout_s=timeout_s,
+        match_mode=mode or DEFAULT_MODE[fmt],
+        generation=GenerationSection(
+            engine=engine,
+            batch_size=batch_size,
+            max_new_tokens=max_new_tokens,
+            temperature=0.0,
+            bf16_autocast="auto" if bf16 is None else bf16,
+        ),
+    )
+    examples = load_dataset(dataset, fmt, split).examples
+    examples = filter_examples(examples, max_examples=limit, seed=seed)
+    with Evaluator(
+        cfg,
+        selection,
+        seed=seed,
+        reasoning=reasoning,
+        sample_values=sample_values,
+        sql_format=sql_format,
+    ) as evaluator:
+        summary = evaluator.evaluate(
+            examples, dataset=dataset, split=split, out=out, chunk_size=chunk_size
+        )
+    echo_json(summary)
+
+
+@click.command("metrics")
+@click.option("--all", "every", is_flag=True, help="Every number, not just the headline ones.")
+@click.option("--json", "as_json", is_flag=True, help="JSON {stage: {number: value}} instead.")
+@click.option(
+    "--lock",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("dvc.lock"),
+    show_default=True,
+    help="The dvc.lock whose outputs to read (paths relative to its folder).",
+)
+def metrics(every, as_json, lock):
+    """How each stage of the last `dvc repro` went, one number per line.
+
+    The headline numbers of `acesql.stages.headlines` (the ones the pipeline's MLflow run
+    carries), read from the JSON outputs dvc.lock records for each stage: the narrow view of
+    what `dvc metrics show` prints as one very wide row per file.
+    """
+    from acesql.stages.headlines import pipeline_numbers
+
+    if not lock.is_file():
+        raise click.UsageError(f"{lock} not found: run the pipeline first (make run, dvc repro)")
+    numbers = pipeline_numbers(lock, lock.parent, every)
+    if as_json:
+        echo_json(numbers)
+        return
+    if not numbers:
+        click.echo(f"no stage of {lock} has written its outputs here yet")
+        return
+    width = max(len(key) for stage in numbers.values() for key in stage)
+    for stage, values in numbers.items():
+        for key, value in values.items():
+            shown = int(value) if value.is_integer() else f"{value:.4g}"
+            click.echo(f"{stage:<12}{key:<{width + 2}}{shown}")
+
+
+@click.command("run")
+@click.option(
+    "--spider",
+    type=click.Path(),
+    default="../shared/data/spider",
+    show_default=True,
+    help="Spider folder; the built-in sample dataset is used when it is absent.",
+)
+@click.option(
+    "--out", type=click.Path(file_okay=False), default="results/sql-eval", show_default=True
+)
+@click.option(
+    "--workers",
+    type=NON_NEGATIVE,
+    default=None,
+    help="SQL worker processes [one per core]; 0: in this process.",
+)
+def run(spider, out, workers):
+    """The main job: score the gold SQL of a dataset as predictions in every match mode.
+
+    A self-check of the SQL engine on real data: every usable example must match.
+    """
+    from acesql.data.loaders import load_dataset
+    from acesql.data.sample import build_sample_dataset
+    from acesql.eval.sql_eval import evaluate_predictions
+    from acesql.sql.batch_executor import BatchExecutor
+
+    out = Path(out)
+    root = Path(spider)
+    if not (root / "tables.json").is_file():
+        root = build_sample_dataset(out / "sample-dataset")
+    data = load_dataset(root, "spider", "dev")
+    gold = {e.index: e.sql for e in data.examples}
+    report = {"dataset": str(root), "n_examples": len(data.examples)}
+    with BatchExecutor(workers=workers, progress=True) as executor:
+        for mode in ("multiset", "bird", "spider"):
+            start = time.monotonic()
+            summary, rows = evaluate_predictions(data, gold, mode, executor)
+            summary["seconds"] = round(time.monotonic() - start, 3)
+            report[mode] = summary
+            write_jsonl(out / f"gold-{mode}.jsonl", rows)
+    (out / "summary.json").write_text(json.dumps(report, indent=2))
+    echo_json(report)

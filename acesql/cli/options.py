@@ -1,0 +1,201 @@
+"""What the commands share: option types and callbacks, the `selection` flags, JSON output."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from pathlib import Path
+
+import click
+
+from acesql.errors import AcesqlError
+from acesql.sql.sandbox import DEFAULT_TIMEOUT_S, check_timeout
+
+MODES = click.Choice(["multiset", "bird", "spider"])
+COUNT = click.IntRange(min=1)
+NON_NEGATIVE = click.IntRange(min=0)
+
+
+def json_line(obj) -> str:
+    """One line of JSON; text that UTF-8 cannot encode (a lone surrogate, which a `\\ud800`
+    escape in a predictions file gives) is written as `\\u` escapes instead of crashing."""
+    text = json.dumps(obj, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj, ensure_ascii=True, default=str)
+    return text
+
+
+def echo_json(obj) -> None:
+    click.echo(json_line(obj))
+
+
+def regular_file(ctx, param, value):
+    # click.Path(exists=True) lets a FIFO through, and opening one blocks until a writer comes
+    if value is not None and value != "-" and not os.path.isfile(value):
+        raise click.BadParameter(f"{value!r} is not a regular file.")
+    return value
+
+
+def db_option(f):
+    return click.option(
+        "--db",
+        "db",
+        required=True,
+        type=click.Path(exists=True, dir_okay=False),
+        callback=regular_file,
+        help="SQLite database file.",
+    )(f)
+
+
+def _timeout(ctx, param, value):
+    try:
+        return check_timeout(value)  # NaN, infinity or <= 0 would break the deadline
+    except AcesqlError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def timeout_option(f):
+    return click.option(
+        "--timeout",
+        "timeout_s",
+        default=DEFAULT_TIMEOUT_S,
+        show_default=True,
+        type=float,
+        callback=_timeout,
+        help="Seconds before SQLite is interrupted.",
+    )(f)
+
+
+def finite_non_negative(ctx, param, value):
+    # click.FloatRange lets NaN through: every comparison with NaN is false
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise click.BadParameter(f"{value} is not a finite number >= 0.")
+    return value
+
+
+def build_section(section_class, **values):
+    """A params section built from command-line values; a rule it breaks is a usage error."""
+    from pydantic import ValidationError
+
+    try:
+        return section_class(**values)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise click.UsageError(problems) from None
+
+
+def selection_options(default_method: str):
+    """The `selection` params section as flags (`acesql eval`, `acesql ask`), handed to the
+    command as one `selection` argument: `--selection-params FILE`'s section when given, else
+    the defaults with `default_method`, each flag given overriding."""
+    options = [
+        click.option(
+            "--selection",
+            "method",
+            type=click.Choice(["greedy", "maj", "r3", "prm"]),
+            default=None,
+            help=f"How the answer is chosen among the candidates: the greedy answer, maj@n, "
+            f"R3-SQL's groupwise ranking, or PRM best-of-n (Chain-of-CTE candidates, the "
+            f"score model of --prm-model).  [default: {default_method}]",
+        ),
+        click.option(
+            "--candidates",
+            type=click.IntRange(2),
+            default=None,
+            help="n: generator samples.  [default: 8]",
+        ),
+        click.option(
+            "--temperature",
+            type=float,
+            default=None,
+            callback=finite_non_negative,
+            help="Sampling temperature of the candidates.  [default: 1.0]",
+        ),
+        click.option(
+            "--resample/--no-resample",
+            default=None,
+            help="r3: draw more candidates when the auditor finds no likely-correct SQL.",
+        ),
+        click.option(
+            "--resample-candidates",
+            type=COUNT,
+            default=None,
+            help="r3 resampling: new samples, more than --candidates.  [default: 16]",
+        ),
+        click.option(
+            "--prm-model",
+            type=click.Path(file_okay=False),
+            default=None,
+            help="prm: the trajectory score model.  [default: models/prm]",
+        ),
+        click.option(
+            "--selection-params",
+            type=click.Path(dir_okay=False),
+            callback=regular_file,
+            help="Start from this params file's `selection` section.",
+        ),
+    ]
+
+    def wrap(f):
+        @functools.wraps(f)
+        def command(*args, **kwargs):
+            flags = {name: kwargs.pop(name) for name in SELECTION_FLAGS}
+            kwargs["selection"] = _selection(default_method, **flags)
+            return f(*args, **kwargs)
+
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return wrap
+
+
+SELECTION_FLAGS = (
+    "method",
+    "candidates",
+    "temperature",
+    "resample",
+    "resample_candidates",
+    "prm_model",
+    "selection_params",
+)
+
+
+def _selection(default_method: str, selection_params, **flags):
+    """The SelectionSection the flags of `selection_options` describe."""
+    from acesql.config import SelectionSection, load_section
+
+    if selection_params:
+        base = load_section(selection_params, "selection").model_dump()
+    else:
+        base = {"method": default_method}
+    given = {k: v for k, v in flags.items() if v is not None}
+    return build_section(SelectionSection, **{**base, **given})
+
+
+def model_folder(ctx, param, value):
+    # a path that does not exist would otherwise be looked up on the hub, slowly and with a
+    # confusing error; a bare name (no slash, no leading dot) may still be a hub id
+    looks_like_path = value is not None and ("/" in value or os.sep in value or value[:1] in ".~")
+    if looks_like_path and not os.path.isdir(os.path.expanduser(value)):
+        raise click.BadParameter(f"no such model folder: {value}")
+    return value
+
+
+def write_jsonl(path, rows) -> None:
+    """Write rows as JSON lines, whole or not at all (a temporary file renamed into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json_line(row) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,223 @@
+"""Sections of the data stages: `data` (source, splits, synthetic generator, filtering),
+`sft_data`, `rl_data` and `debug_data`. Labels and split names are checked against what the
+chosen source gives (`acesql.data.loaders`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from acesql.config.section import MatchMode, Section
+from acesql.config.shared import GenerationSection
+from acesql.data.loaders import COMPLEXITIES, SPLITS
+
+
+class SplitsSection(Section):
+    """Which split of the source becomes each prepared split."""
+
+    train: str = Field("train", description="Source split prepared as train.jsonl.")
+    dev: str | None = Field("dev", description="Source split prepared as dev.jsonl; null: none.")
+    test_ood: str | None = Field(
+        "test_ood",
+        description="Source split prepared as test_ood.jsonl (unseen domains); null: none. "
+        "Only the synthetic source has one.",
+    )
+
+
+class SynthSection(Section):
+    """The built-in generator's settings (used when `source` is synth)."""
+
+    profile: Literal["tiny", "default", "large"] = Field(
+        "default", description="Size and difficulty of the databases and questions."
+    )
+    n_databases: int = Field(50, ge=1, description="Databases to generate.")
+    questions_per_db: int = Field(40, ge=1, description="Questions asked of each database.")
+    ood_domains: tuple[str, ...] = Field(
+        ("hotel", "agriculture", "energy_utility"),
+        description="Domains kept out of train and dev, for the test_ood split.",
+    )
+    dev_fraction: float = Field(
+        0.1, ge=0, lt=1, description="Share of in-domain databases whose questions go to dev."
+    )
+    ood_fraction: float = Field(
+        0.1, ge=0, lt=1, description="Share of databases drawn from the out-of-domain domains."
+    )
+
+    @model_validator(mode="after")
+    def _room_for_train(self) -> SynthSection:
+        if self.dev_fraction + self.ood_fraction >= 1:
+            raise ValueError(
+                "dev_fraction + ood_fraction must stay under 1 to leave train databases; "
+                f"got {self.dev_fraction} + {self.ood_fraction}"
+            )
+        return self
+
+
+class FilteringSection(Section):
+    """Source filtering of the train split (`acesql.data.filtering`)."""
+
+    complexities: list[str] | None = Field(
+        None,
+        description="Complexity labels to keep, e.g. [moderate, complex]; null keeps all.",
+    )
+    max_per_db: int | None = Field(
+        None, ge=1, description="Most examples kept per database; null: no cap."
+    )
+    max_examples: int | None = Field(
+        None,
+        ge=1,
+        description="Most examples kept in all, spread over databases round-robin; null: no cap.",
+    )
+
+
+class DataSection(Section):
+    """The `data` stage: where examples come from and which ones are prepared."""
+
+    source: Literal["synth", "spider", "bird", "synsql"] = Field(
+        "synth", description="synth generates a dataset; the others load one from `path`."
+    )
+    path: Path | None = Field(
+        None,
+        validate_default=True,
+        description="Dataset folder of a spider, bird or synsql source; null for synth.",
+    )
+    splits: SplitsSection = Field(default_factory=SplitsSection, validate_default=True)
+    synth: SynthSection = Field(default_factory=SynthSection)
+    filtering: FilteringSection = Field(default_factory=FilteringSection)
+
+    @field_validator("path")
+    @classmethod
+    def _path_for_real_sources(cls, path: Path | None, info: ValidationInfo) -> Path | None:
+        source = info.data.get("source")
+        if source not in (None, "synth") and path is None:
+            raise ValueError(f"required when source is {source}: the dataset folder")
+        if source not in (None, "synth") and not path.is_dir():
+            raise ValueError(f"no such folder (the {source} dataset)")
+        return path
+
+    @field_validator("filtering")
+    @classmethod
+    def _known_complexities(cls, rules: FilteringSection, info: ValidationInfo):
+        source = info.data.get("source")
+        if source is None or rules.complexities is None:
+            return rules
+        known = COMPLEXITIES[source]
+        unknown = [c for c in rules.complexities if c.lower() not in known]
+        if unknown:
+            raise PydanticCustomError(
+                "unknown_complexity",
+                f"{source} examples carry no such label; "
+                + (f"use some of {list(known)} or null" if known else "use null"),
+                {"field": "complexities", "value": unknown},
+            )
+        return rules
+
+    @field_validator("splits")
+    @classmethod
+    def _splits_exist(cls, splits: SplitsSection, info: ValidationInfo) -> SplitsSection:
+        source = info.data.get("source")
+        if source is None:
+            return splits
+        for name, split in splits.model_dump().items():
+            if split is not None and split not in SPLITS[source]:
+                # names the split's own key, which a plain ValueError here cannot
+                raise PydanticCustomError(
+                    "unknown_split",
+                    f"{source} has no such split; use one of {list(SPLITS[source])}"
+                    + (" or null" if name != "train" else ""),
+                    {"field": name, "value": split},
+                )
+        return splits
+
+
+class SftDataSection(Section):
+    """The `sft_data` stage: the supervised targets of both roles."""
+
+    mode: Literal["gold", "self_distill"] = Field(
+        "gold",
+        description="gold: targets from gold SQL and its columns (bootstrap for a weak base "
+        "model); self_distill: the paper's paired self-distillation with execution filtering.",
+    )
+    max_examples: int | None = Field(
+        None, ge=1, description="Source examples used (spread over databases); null: all."
+    )
+    retriever_samples: int = Field(16, ge=1, description="Retriever samples voted per question.")
+    generator_samples: int = Field(4, ge=1, description="Generator samples per pruned schema.")
+    vote_threshold: float = Field(0.5, gt=0, le=1, description="Share of votes a column needs.")
+    balance: bool = Field(True, description="Keep as many retriever as generator samples.")
+    match_mode: MatchMode = Field(
+        "multiset", description="Execution match that keeps a distilled SQL (self_distill)."
+    )
+    generation: GenerationSection = Field(
+        default_factory=GenerationSection, description="Sampling of the distillation rollouts."
+    )
+
+
+class RlDataSection(Section):
+    """The `rl_data` stage: questions the SFT model solves only sometimes, and the pool seed."""
+
+    max_questions: int | None = Field(
+        None, ge=1, description="Train questions rolled out (spread over databases); null: all."
+    )
+    complexities: list[str] | None = Field(
+        None, description="Keep only these complexity levels (the paper: hard ones); null: all."
+    )
+
+    @field_validator("complexities")
+    @classmethod
+    def _known_labels(cls, labels: list[str] | None) -> list[str] | None:
+        known = sorted({c for levels in COMPLEXITIES.values() for c in levels})
+        unknown = [c for c in labels or [] if c.lower() not in known]
+        if unknown:
+            raise ValueError(f"no source gives the labels {unknown}; use some of {known}")
+        return labels
+
+    retriever_samples: int = Field(8, ge=1, description="Retriever samples; their union prunes.")
+    generator_samples: int = Field(16, ge=1, description="Generator samples on the union schema.")
+    min_correct: int = Field(2, ge=0, description="Keep a question with at least this many...")
+    max_correct: int = Field(14, ge=0, description="...and at most this many correct SQLs.")
+    timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout.")
+    match_mode: MatchMode = Field(
+        "multiset", description="Execution match that counts a sampled SQL as correct."
+    )
+    generation: GenerationSection = Field(
+        default_factory=lambda: GenerationSection(max_new_tokens=2048),
+        description="Sampling of the initial rollout.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds_fit_the_samples(self) -> RlDataSection:
+        if not self.min_correct <= self.max_correct <= self.generator_samples:
+            raise ValueError(
+                "needs min_correct <= max_correct <= generator_samples; got "
+                f"{self.min_correct}, {self.max_correct}, {self.generator_samples}"
+            )
+        return self
+
+
+class DebugDataSection(Section):
+    """The `debug_data` stage: SQL debugging tasks drawn from the prepared splits."""
+
+    tasks_per_db: int = Field(12, ge=1, description="Tasks per database of each split.")
+    query_share: float = Field(
+        0.5, ge=0, description="Share of query tasks (a SELECT that errs or returns wrong rows)."
+    )
+    management_share: float = Field(
+        0.3, ge=0, description="Share of data-management tasks (UPDATE / DELETE / INSERT)."
+    )
+    personalization_share: float = Field(
+        0.2, ge=0, description="Share of personalization tasks (the user's views and triggers)."
+    )
+    timeout_s: float = Field(10.0, gt=0, description="SQL execution timeout per statement.")
+
+    @model_validator(mode="after")
+    def _some_share(self) -> DebugDataSection:
+        if self.query_share + self.management_share + self.personalization_share <= 0:
+            raise ValueError(
+                "query_share, management_share and personalization_share are all 0: "
+                "give at least one a positive share"
+            )
+        return self

@@ -1,0 +1,82 @@
+"""Sections of evaluation: the `evaluate` stage, and `selection`, the test-time choice among
+generator candidates that `evaluate` and `acesql ask` both read."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from acesql.config.section import MatchMode, Section
+from acesql.config.shared import GenerationSection
+
+
+class EvaluateSection(Section):
+    """The `evaluate` stage: greedy pipeline EX and generator ability."""
+
+    model: str = Field("models/grpo", description="Model folder to evaluate.")
+    splits: list[str] = Field(
+        ["dev", "test_ood"], description="Prepared splits to evaluate (data/prepared/*.jsonl)."
+    )
+    limit: int | None = Field(
+        200, ge=1, description="Questions per split (spread over databases); null: all."
+    )
+    retriever_samples: int = Field(
+        1, ge=1, description="1: greedy retriever; n > 1: n samples at temperature 1, voted."
+    )
+    vote_threshold: float = Field(0.5, gt=0, le=1, description="Share of votes a column needs.")
+    on_empty_vote: Literal["empty", "full_schema"] = Field(
+        "empty",
+        description="When the retriever selects no column (nothing parsed or voted): the "
+        "generator sees an empty schema (empty, the paper's rule) or the whole schema "
+        "(full_schema, which hides a retriever that does not answer).",
+    )
+    timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout.")
+    match_mode: MatchMode = Field(
+        "multiset", description="Execution match mode (multiset for synthetic data)."
+    )
+    generation: GenerationSection = Field(
+        default_factory=lambda: GenerationSection(temperature=0.0),
+        description="Decoding settings (the roles decode greedily; temperature is ignored).",
+    )
+
+
+class SelectionSection(Section):
+    """Test-time selection among generator candidates, read by `evaluate` and `acesql ask`.
+
+    The generator samples `candidates` SQL per question on the retriever's pruned schema;
+    `method` says how the answer is chosen among them: `greedy` samples nothing (the greedy
+    answer), `maj` votes by execution result (maj@n), `r3` ranks the execution groups with
+    the ranker role's judgments (`acesql.ranking.select`). Evaluation always reports the
+    greedy answer too, and with `r3` also maj@n and pointwise best-of-n on the same
+    candidates, so one run compares them at equal n.
+    """
+
+    method: Literal["greedy", "maj", "r3", "prm"] = Field(
+        "greedy", description="How the answer is chosen: greedy | maj | r3 | prm."
+    )
+    candidates: int = Field(8, ge=2, description="Generator samples per question (n).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the candidates.")
+    tau: float = Field(
+        0.05, ge=0, lt=0.5, description="r3: a pairwise P within tau of 0.5 is a tie."
+    )
+    resample: bool = Field(
+        False,
+        description="r3: an auditor judgment reads the pool; when it finds no likely-correct "
+        "SQL, draw `resample_candidates` more, keep the n best by pointwise score, rank again.",
+    )
+    resample_candidates: int = Field(16, ge=1, description="r3 resampling: new samples (m > n).")
+    audit_threshold: float = Field(
+        0.5, gt=0, lt=1, description="r3 resampling: the auditor's P(yes) under which it fires."
+    )
+    prm_model: str = Field(
+        "models/prm", description="prm: the trajectory score model (the prm stage's output)."
+    )
+
+    @model_validator(mode="after")
+    def _resampling_draws_more(self):
+        if self.resample and self.resample_candidates <= self.candidates:
+            raise ValueError(
+                "resample_candidates must exceed candidates: resampling draws a bigger pool"
+            )
+        return self

@@ -1,0 +1,185 @@
+"""The whole params.yaml (`Params`) and its loading: a strict YAML reader (a key written twice
+is an error), checks of empty and unknown sections, and one line per validation problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+from acesql.config.agent import AgentGrpoSection, AgentSftSection
+from acesql.config.data import DataSection, DebugDataSection, RlDataSection, SftDataSection
+from acesql.config.evaluation import EvaluateSection, SelectionSection
+from acesql.config.ranking import PrmDataSection, PrmSection, RankerDataSection, RankerSection
+from acesql.config.section import Section
+from acesql.config.shared import BaseModelSection, BaseSection, PromptSection
+from acesql.config.training import DistributedSection, GrpoSection, SftSection
+from acesql.errors import ConfigError
+
+
+class Params(Section):
+    """The whole params.yaml: one attribute per section."""
+
+    base: BaseSection = Field(default_factory=BaseSection, description="Shared settings.")
+    data: DataSection = Field(default_factory=DataSection, description="The data stage.")
+    base_model: BaseModelSection = Field(
+        default_factory=BaseModelSection, description="The base_model stage."
+    )
+    prompt: PromptSection = Field(default_factory=PromptSection, description="Role prompts.")
+    sft_data: SftDataSection = Field(default_factory=SftDataSection, description="sft_data.")
+    sft: SftSection = Field(default_factory=SftSection, description="The sft stage.")
+    debug_data: DebugDataSection = Field(
+        default_factory=DebugDataSection, description="The debug_data stage."
+    )
+    rl_data: RlDataSection = Field(default_factory=RlDataSection, description="rl_data.")
+    reasoning_sft: AgentSftSection = Field(
+        default_factory=lambda: AgentSftSection(model="models/grpo", max_turns=1),
+        description="The agent curriculum's 1st stage: reasoning imitation (one turn).",
+    )
+    agent_sft: AgentSftSection = Field(
+        default_factory=AgentSftSection,
+        description="The agent curriculum's 2nd stage: tool-use imitation (several turns).",
+    )
+    reasoning_grpo: AgentGrpoSection = Field(
+        default_factory=lambda: AgentGrpoSection(model="models/agent_sft", max_turns=1),
+        description="The agent curriculum's 3rd stage: reasoning RL (one turn).",
+    )
+    agent_grpo: AgentGrpoSection = Field(
+        default_factory=AgentGrpoSection,
+        description="The agent curriculum's 4th stage: agentic RL (several turns).",
+    )
+    grpo: GrpoSection = Field(default_factory=GrpoSection, description="The grpo stage.")
+    distributed: DistributedSection = Field(
+        default_factory=DistributedSection, description="Processes of the sft and grpo stages."
+    )
+    evaluate: EvaluateSection = Field(
+        default_factory=EvaluateSection, description="The evaluate stage."
+    )
+    ranker_data: RankerDataSection = Field(
+        default_factory=RankerDataSection, description="The ranker_data stage."
+    )
+    ranker: RankerSection = Field(default_factory=RankerSection, description="The ranker stage.")
+    prm_data: PrmDataSection = Field(
+        default_factory=PrmDataSection, description="The prm_data stage."
+    )
+    prm: PrmSection = Field(default_factory=PrmSection, description="The prm stage.")
+    selection: SelectionSection = Field(
+        default_factory=SelectionSection,
+        description="Choosing among generator candidates (evaluate, acesql ask).",
+    )
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Every section of a params file, validated (absent sections take their defaults; a
+    section written with nothing under it is an error: `name: {}` asks for the defaults)."""
+    raw = _read(path)
+    _no_empty_sections(raw, path)
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, Params, (), path)) from exc
+
+
+# sections a params file may leave out: their defaults apply
+OPTIONAL = ("distributed", "selection")
+
+
+def load_section(path: str | Path, name: str) -> Section:
+    """One section of a params file, validated alone, so a stage fails only on its own keys
+    (an absent `OPTIONAL` section is its defaults)."""
+    field = Params.model_fields.get(name)
+    if field is None:
+        raise ConfigError(
+            f"unknown params section {name!r}; choose one of {list(Params.model_fields)}"
+        )
+    model = field.annotation
+    raw = _read(path)
+    unknown = [key for key in raw if key not in Params.model_fields]
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown params section(s) {unknown}; expected some of "
+            f"{list(Params.model_fields)}"
+        )
+    if name not in raw and name in OPTIONAL:
+        return model()
+    if name not in raw:
+        raise ConfigError(
+            f"{path} has no {name!r} section, which this stage reads "
+            f"(write `{name}: {{}}` to take every default)"
+        )
+    _no_empty_sections({name: raw[name]}, path)
+    try:
+        return model.model_validate(raw[name])
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, model, (name,), path)) from exc
+
+
+def _no_empty_sections(raw: dict, path) -> None:
+    empty = [name for name, section in raw.items() if section is None]
+    if empty:
+        raise ConfigError(
+            f"{path}: section(s) {empty} have nothing under them; give their keys, or write "
+            f"`{empty[0]}: {{}}` to take every default"
+        )
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key written twice in one mapping is an error (the
+    plain loader keeps the last value silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _read(path: str | Path) -> dict:
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"params file {path} is a folder; give the YAML file")
+    try:
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"params file not found: {path}") from exc
+    except (UnicodeDecodeError, OSError) as exc:
+        raise ConfigError(f"cannot read params file {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    if raw is None:
+        raise ConfigError(f"params file {path} is empty")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must map section names to sections, got {type(raw).__name__}")
+    return raw
+
+
+def _explain(exc: ValidationError, model: type[BaseModel], prefix: tuple, path) -> str:
+    """One line per problem: `section.field: what is wrong (got VALUE)`."""
+    lines = []
+    for error in exc.errors():
+        ctx = error.get("ctx") or {}
+        loc = (*prefix, *error["loc"], *([ctx["field"]] if "field" in ctx else []))
+        where = ".".join(str(part) for part in loc)
+        value = ctx.get("value", error["input"])
+        if error["type"] == "extra_forbidden":
+            known = list(_model_at(model, error["loc"][:-1]).model_fields)
+            lines.append(f"{where}: unknown key; expected one of {known}")
+        elif error["type"] == "missing":
+            lines.append(f"{where}: required")
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+            lines.append(f"{where}: {message}" + (f" (got {value!r})" if value is not None else ""))
+    return f"{path} is invalid:\n  " + "\n  ".join(lines)
+
+
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel]:
+    """The nested section class reached by following `loc` from `model`."""
+    for part in loc:
+        model = model.model_fields[part].annotation
+    return model
