@@ -15,13 +15,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from test_grpo import ScriptedEngine, _cfg, _pool  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from acesql.data.loaders import load_dataset  # noqa: E402
 from acesql.distributed import close, full_state_dict, init_from_env  # noqa: E402
 from acesql.rl.trainer import GrpoTrainer  # noqa: E402
+from tests.test_grpo import _cfg, _pool, scripted_engine  # noqa: E402
 
 
 def main() -> None:
@@ -66,7 +65,7 @@ def main() -> None:
         cfg,
         progress=False,
         device="cpu",
-        engine_factory=lambda model, tok: ScriptedEngine(examples, tok, 2),
+        engine_factory=lambda model, tok: scripted_engine(examples, tok, 2),
         dist=dist,
     )
     records, seconds = [], []

@@ -226,10 +226,8 @@ def test_the_grpo_stage_relaunches_itself_on_two_processes(tiny_model_dir, synth
     import yaml
     from mlflow import MlflowClient
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_grpo import _rl_project
-
     from acesql.data.loaders import load_dataset
+    from tests.test_grpo import _rl_project
 
     examples = load_dataset(synth_dir, "synth", "train").examples[:4]
     grpo = dict(
