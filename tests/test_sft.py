@@ -9,7 +9,7 @@ from acesql.data.loaders import load_dataset
 from acesql.data.schemas import SchemaCache
 from acesql.models.engine import Completion
 from acesql.models.prompts import PromptBuilder
-from acesql.sft.data import build_gold, build_self_distilled
+from acesql.sft.data import build_generator_distilled, build_gold, build_self_distilled
 from acesql.sft.trainer import IGNORE, tokenize_records, train_sft
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.parsing import parse_columns, parse_sql
@@ -71,6 +71,67 @@ def test_self_distillation_keeps_supported_samples(examples, prompts):
         "different_row_count", 0
     ) >= len(examples)
     assert all(r["response"] for r in records)
+
+
+def _distil_generator(examples, prompts, engine, samples=2, balance=False):
+    """Generator-distilled records from `engine`, `samples` generator rollouts per question."""
+    with BatchExecutor(workers=0) as executor:
+        return build_generator_distilled(
+            examples,
+            prompts,
+            SchemaCache(0),
+            engine,
+            executor,
+            generator_samples=samples,
+            temperature=0.0,
+            top_p=1.0,
+            max_new_tokens=64,
+            max_prompt_tokens=100_000,
+            balance=balance,
+            seed=0,
+        )
+
+
+def test_generator_distillation_keeps_the_models_right_sql(examples, prompts):
+    """The generator's targets are its own SQL that executes right, written as it wrote it;
+    the retriever's are the gold column sets; a wrong or cut-off SQL is no target."""
+    right = {ex.index: f"SELECT * FROM ({ex.sql.rstrip(';')})" for ex in examples}  # its style
+
+    def generator(ex, n, options):
+        assert options["temperature"] == 0.0 and "Question: " + ex.question in engine.prompt
+        if ex.index == examples[0].index:  # right, but cut off at the token limit
+            return [Completion(sql_answer(right[ex.index]), [1], [-0.1], "length")] * n
+        if ex.index == examples[1].index:
+            return [sql_answer("SELECT 1 WHERE 0")] * n
+        return [sql_answer(right[ex.index]), sql_answer(right[ex.index])]  # one distinct
+
+    engine = RoleEngine(examples, generator)
+    records, stats = _distil_generator(examples, prompts, engine)
+    d = stats.to_dict()
+    generated = [r for r in records if r["role"] == "generator"]
+    assert sorted(r["index"] for r in generated) == sorted(e.index for e in examples[2:])
+    for rec in generated:
+        assert parse_sql(rec["response"]) == right[rec["index"]].rstrip(";")
+    assert d["dropped"]["generator"]["malformed"] == 2 and d["dropped"]["generator"]["duplicate"]
+    schemas = SchemaCache(0)
+    for rec in (r for r in records if r["role"] == "retriever"):
+        ex = next(e for e in examples if e.index == rec["index"])
+        assert sorted(parse_columns(rec["response"], schemas(ex)).columns) == sorted(
+            ex.gold_columns
+        )
+    assert d["n_retriever"] == len(examples)  # unbalanced: every question's gold columns
+
+    balanced, bstats = _distil_generator(examples, prompts, engine, balance=True)
+    b = bstats.to_dict()
+    assert b["n_retriever"] == b["n_generator"] == len(examples) - 2
+    assert b["dropped"]["retriever"]["balance"] == 2
+
+
+def test_generator_distillation_with_nothing_right_keeps_the_retriever(examples, prompts):
+    engine = RoleEngine(examples, lambda ex, n, options: ["I cannot answer that."] * n)
+    records, stats = _distil_generator(examples, prompts, engine, samples=1, balance=True)
+    assert {r["role"] for r in records} == {"retriever"} and len(records) == len(examples)
+    assert sum(stats.to_dict()["dropped"]["generator"].values()) == len(examples)
 
 
 def test_tokenize_masks_the_prompt(prompts):

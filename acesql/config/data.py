@@ -136,20 +136,26 @@ class DataSection(Section):
 class SftDataSection(Section):
     """The `sft_data` stage: the supervised targets of both roles."""
 
-    mode: Literal["gold", "self_distill"] = Field(
+    mode: Literal["gold", "distill_generator", "self_distill"] = Field(
         "gold",
         description="gold: targets from gold SQL and its columns (bootstrap for a weak base "
-        "model); self_distill: the paper's paired self-distillation with execution filtering.",
+        "model); distill_generator: gold column sets for the retriever, the base model's own "
+        "SQL that executes right for the generator (one generator rollout per question); "
+        "self_distill: the paper's paired self-distillation with execution filtering.",
     )
     max_examples: int | None = Field(
         None, ge=1, description="Source examples used (spread over databases); null: all."
     )
-    retriever_samples: int = Field(16, ge=1, description="Retriever samples voted per question.")
-    generator_samples: int = Field(4, ge=1, description="Generator samples per pruned schema.")
+    retriever_samples: int = Field(
+        16, ge=1, description="Retriever samples voted per question (self_distill)."
+    )
+    generator_samples: int = Field(
+        4, ge=1, description="Generator samples per pruned schema (the distilling modes)."
+    )
     vote_threshold: float = Field(0.5, gt=0, le=1, description="Share of votes a column needs.")
     balance: bool = Field(True, description="Keep as many retriever as generator samples.")
     match_mode: MatchMode = Field(
-        "multiset", description="Execution match that keeps a distilled SQL (self_distill)."
+        "multiset", description="Execution match that keeps a distilled SQL (the distilling modes)."
     )
     generation: GenerationSection = Field(
         default_factory=GenerationSection, description="Sampling of the distillation rollouts."

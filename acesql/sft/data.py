@@ -1,7 +1,14 @@
 """SFT targets for both roles: gold bootstrap, or the paper's paired self-distillation.
 
 gold: the retriever's target is the gold SQL's column set, the generator's the gold SQL on
-      the schema pruned to that set. For a base model too weak to distil from (the CPU default).
+      the schema pruned to that set. For a base model too weak to distil from.
+
+distill_generator: the retriever's target is the gold column set, as in gold; the generator's
+      targets are the base model's own SQL on the schema pruned to that set, kept when they
+      execute to the gold result (and not cut off). The generator is taught its own way of
+      writing, not the gold's, so a short cold start does not pull it toward the training
+      set's SQL style; one generator rollout per question instead of the paper's retriever
+      and generator rollouts (the CPU default).
 
 self_distill (ACE-SQL section 3, SFT cold start):
   1. the retriever samples n column lists per question; columns named by at least
@@ -135,6 +142,82 @@ def _generator_targets(examples, prompts, schemas, executor, match_mode, stats) 
     return targets
 
 
+def build_generator_distilled(
+    examples: list[Example],
+    prompts: PromptBuilder,
+    schemas: SchemaCache,
+    engine,
+    executor: BatchExecutor,
+    *,
+    generator_samples: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    max_prompt_tokens: int,
+    match_mode: str = "multiset",
+    balance: bool = True,
+    seed: int = 0,
+) -> tuple[list[dict], SftStats]:
+    """Gold retriever targets, self-distilled generator targets; see the module doc."""
+    stats = SftStats()
+    usable = []  # (example, retriever prompt, retriever target, generator prompt)
+    for ex in examples:
+        schema = schemas(ex)
+        try:
+            columns = gold_columns(ex, schema)
+        except SqlParseError:
+            stats.dropped[("both", "gold_unparseable")] += 1
+            continue
+        r_prompt = prompts.retriever(schema, ex.question, ex.evidence)
+        g_prompt = prompts.generator(schema, columns, ex.question, ex.evidence)
+        if not (
+            prompts.fits(r_prompt, max_prompt_tokens) and prompts.fits(g_prompt, max_prompt_tokens)
+        ):
+            stats.dropped[("both", "prompt_too_long")] += 1
+            continue
+        usable.append((ex, r_prompt, prompts.retriever_target(schema, columns), g_prompt))
+    sampling = dict(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    generated = engine.generate([u[3] for u in usable], n=generator_samples, seed=seed, **sampling)
+    checks = [
+        (ex.db_path, parse_sql(o.text) or "", ex.sql)
+        for (ex, *_), outputs in zip(usable, generated)
+        for o in outputs
+    ]
+    verdicts = iter(executor.match_many(checks, match_mode))
+
+    retriever_records, generator_records = [], []
+    for (ex, r_prompt, r_target, g_prompt), outputs in zip(usable, generated):
+        retriever_records.append(_record("retriever", r_prompt, r_target, ex))
+        seen = set()
+        for o in outputs:
+            reason = _distilled_sql_problem(o, next(verdicts), prompts, seen)
+            if reason:
+                stats.dropped[("generator", reason)] += 1
+                continue
+            seen.add(o.text)
+            generator_records.append(_record("generator", g_prompt, o.text.strip(), ex))
+    if balance and generator_records:
+        retriever_records, generator_records = _balance(
+            retriever_records, generator_records, random.Random(seed), stats
+        )
+    for rec in retriever_records + generator_records:
+        stats.kept[(rec["role"], rec["complexity"])] += 1
+    return retriever_records + generator_records, stats
+
+
+def _distilled_sql_problem(output, verdict, prompts: PromptBuilder, seen: set) -> str | None:
+    """Why a sampled SQL is not a generator target, or None when it is one."""
+    if not verdict.match.match:
+        return verdict.match.reason if verdict.match.usable else "gold_unusable"
+    if not format_ok(output, "generator", prompts.reasoning):
+        return "malformed"
+    if prompts.sql_format == "cocte" and not parse_cocte(output.text).ok:
+        return "not_a_chain"
+    if output.text in seen:
+        return "duplicate"
+    return None
+
+
 def build_self_distilled(
     examples: list[Example],
     prompts: PromptBuilder,
@@ -188,24 +271,14 @@ def build_self_distilled(
         schema = schemas(ex)
         matched_sets, seen = [], set()
         for o in g_outputs:
-            verdict = next(verdicts)
-            if not verdict.match.match:
-                reason = verdict.match.reason if verdict.match.usable else "gold_unusable"
+            reason = _distilled_sql_problem(o, next(verdicts), prompts, seen)
+            if reason:
                 stats.dropped[("generator", reason)] += 1
-                continue
-            if not format_ok(o, "generator", prompts.reasoning):
-                stats.dropped[("generator", "malformed")] += 1
-                continue
-            if prompts.sql_format == "cocte" and not parse_cocte(o.text).ok:
-                stats.dropped[("generator", "not_a_chain")] += 1
                 continue
             try:
                 matched_sets.append(extract_columns(parse_sql(o.text), schema))
             except SqlParseError:  # supports no retriever sample: an empty set would support all
                 stats.dropped[("generator", "columns_unresolved")] += 1
-                continue
-            if o.text in seen:
-                stats.dropped[("generator", "duplicate")] += 1
                 continue
             seen.add(o.text)
             generator_records.append(_record("generator", g_prompt, o.text.strip(), ex))

@@ -17,7 +17,7 @@ from acesql.data.loaders import read_prepared
 from acesql.data.schemas import SchemaCache
 from acesql.models.base_model import load_tokenizer
 from acesql.models.prompts import PromptBuilder
-from acesql.sft.data import build_gold, build_self_distilled
+from acesql.sft.data import build_generator_distilled, build_gold, build_self_distilled
 from acesql.stages.common import run_stage, write_metrics
 from acesql.staging import replace_dir
 from acesql.tracking import flatten
@@ -43,30 +43,7 @@ def work(s: dict, tracker) -> dict:
                 examples, prompts, schemas, p.max_prompt_tokens, executor, cfg.match_mode
             )
     else:
-        from acesql.models.engine import open_engine
-        from acesql.sql.batch_executor import BatchExecutor
-
-        gen = cfg.generation
-        engine = open_engine(gen, model_dir)
-        with BatchExecutor() as executor:
-            records, stats = build_self_distilled(
-                examples,
-                prompts,
-                schemas,
-                engine,
-                executor,
-                retriever_samples=cfg.retriever_samples,
-                generator_samples=cfg.generator_samples,
-                vote_threshold=cfg.vote_threshold,
-                temperature=gen.temperature,
-                top_p=gen.top_p,
-                max_new_tokens=gen.max_new_tokens,
-                max_prompt_tokens=s["prompt"].max_prompt_tokens,
-                balance=cfg.balance,
-                match_mode=cfg.match_mode,
-                seed=base.seed,
-            )
-        engine.close()
+        records, stats = _distil(cfg, examples, prompts, schemas, model_dir, p, base.seed)
     with replace_dir(base.data_dir / "sft") as out:
         for role in ("retriever", "generator"):
             with (out / f"{role}.jsonl").open("w") as fh:
@@ -77,6 +54,43 @@ def work(s: dict, tracker) -> dict:
     write_metrics(base.data_dir / "sft_metrics.json", metrics)
     tracker.log_metrics({k: v for k, v in flatten(metrics).items() if isinstance(v, int)})
     return metrics
+
+
+def _distil(cfg, examples, prompts, schemas, model_dir, p, seed):
+    """Targets sampled from the base model: `distill_generator` or `self_distill`."""
+    from acesql.models.engine import open_engine
+    from acesql.sql.batch_executor import BatchExecutor
+
+    gen = cfg.generation
+    common = dict(
+        generator_samples=cfg.generator_samples,
+        temperature=gen.temperature,
+        top_p=gen.top_p,
+        max_new_tokens=gen.max_new_tokens,
+        max_prompt_tokens=p.max_prompt_tokens,
+        balance=cfg.balance,
+        match_mode=cfg.match_mode,
+        seed=seed,
+    )
+    engine = open_engine(gen, model_dir)
+    try:
+        with BatchExecutor() as executor:
+            if cfg.mode == "distill_generator":
+                return build_generator_distilled(
+                    examples, prompts, schemas, engine, executor, **common
+                )
+            return build_self_distilled(
+                examples,
+                prompts,
+                schemas,
+                engine,
+                executor,
+                retriever_samples=cfg.retriever_samples,
+                vote_threshold=cfg.vote_threshold,
+                **common,
+            )
+    finally:
+        engine.close()
 
 
 def main(argv=None) -> None:
