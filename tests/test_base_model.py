@@ -170,6 +170,13 @@ def test_local_folder_is_recorded_and_followed(tmp_path, tiny_model_dir):
     assert model.dtype == torch.float32
     assert model.config.vocab_size == summary["vocab_size"]
 
+    from acesql.models.engine import load_engine  # rollouts follow the redirect too
+
+    engine = load_engine("transformers", out, batch_size=2)
+    (group,) = engine.generate(["SELECT"], n=2, temperature=0.0, max_new_tokens=3, seed=0)
+    assert len(group) == 2 and group[0].text == group[1].text
+    engine.close()
+
 
 def test_redirect_replaces_an_earlier_folder(tmp_path, tiny_model_dir):
     out = tmp_path / "base"

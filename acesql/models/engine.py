@@ -59,7 +59,8 @@ ENGINES = {
 
 
 def load_engine(name: str, model_dir, **options) -> Engine:
-    """The engine registered as `name`, loading the model at `model_dir`."""
+    """The engine registered as `name`, loading the model at `model_dir` (or where its
+    `model.json` redirect points: the base_model stage's record of a hub id or local folder)."""
     target = ENGINES.get(name)
     if target is None:
         raise ConfigError(f"unknown rollout engine {name!r}; choose one of {sorted(ENGINES)}")
@@ -71,6 +72,10 @@ def load_engine(name: str, model_dir, **options) -> Engine:
             f"rollout engine {name!r} is not installed ({exc}); for vllm install the "
             "`vllm` extra in a GPU worker environment"
         ) from exc
+    if model_dir is not None:  # a base model given as a hub id or a folder elsewhere
+        from acesql.models.base_model import resolve_model_path
+
+        model_dir = resolve_model_path(model_dir)
     return getattr(module, class_name)(model_dir, **options)
 
 
