@@ -633,6 +633,13 @@ def test_an_unfinished_evaluation_compares_on_its_finished_questions(tmp_path):
     assert "dev: paired, on the 4 questions both scored" in result.output
     assert re.search(r"pipeline EX\s+0\.0%\s+100\.0%\s+\+100\.0.*0\s+4\s+0\.125", result.output)
 
+    # a copy kept under the visible name reads the same
+    for side in ("a", "b"):
+        (partial,) = (tmp_path / side).glob(".partial-*.jsonl")
+        partial.rename(tmp_path / side / "rows.partial.jsonl")
+    again = CliRunner().invoke(cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert again.exit_code == 0 and again.output == result.output
+
 
 def test_unfinished_files_without_a_header_or_two_of_them(tmp_path):
     from acesql.eval.compare import load_rows

@@ -203,14 +203,19 @@ def _read_partial(path: Path) -> dict[str, list[dict]]:
     return done
 
 
+KEPT_PARTIAL = "rows.partial.jsonl"
+
+
 def read_unfinished(folder: str | Path) -> tuple[dict, list[dict]] | None:
     """The header and finished rows of an evaluation still running or killed in `folder`.
 
+    The runner's own `.partial-<fingerprint>.jsonl`, or `rows.partial.jsonl`: the name to give
+    a copy of one kept beside the results (a hidden file is easy to miss in a report).
     None when the folder holds no unfinished evaluation. The header (model, dataset, split,
     questions) is {} for a file written before headers existed. Two unfinished evaluations
     with different settings in one folder are ambiguous: a DataError names them.
     """
-    files = sorted(Path(folder).glob(".partial-*.jsonl"))
+    files = sorted(Path(folder).glob(".partial-*.jsonl")) + sorted(Path(folder).glob(KEPT_PARTIAL))
     if not files:
         return None
     if len(files) > 1:
