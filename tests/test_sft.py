@@ -74,22 +74,16 @@ def test_self_distillation_keeps_supported_samples(examples, prompts):
 
 
 def _distil_generator(examples, prompts, engine, samples=2, balance=False):
-    """Generator-distilled records from `engine`, `samples` generator rollouts per question."""
-    with BatchExecutor(workers=0) as executor:
-        return build_generator_distilled(
-            examples,
-            prompts,
-            SchemaCache(0),
-            engine,
-            executor,
-            generator_samples=samples,
-            temperature=0.0,
-            top_p=1.0,
-            max_new_tokens=64,
-            max_prompt_tokens=100_000,
-            balance=balance,
-            seed=0,
-        )
+    """Generator-distilled records from `engine`, `samples` greedy generator rollouts each."""
+    return _build(
+        build_generator_distilled,
+        examples,
+        prompts,
+        engine,
+        balance,
+        generator_samples=samples,
+        temperature=0.0,
+    )
 
 
 def test_generator_distillation_keeps_the_models_right_sql(examples, prompts):
@@ -229,22 +223,34 @@ def empty_list_engine(examples, cut_off=False) -> RoleEngine:
 
 def _distil(examples, prompts, engine, samples=(2, 2), balance=False):
     """Self-distilled records from `engine`, with (retriever, generator) samples per question."""
+    return _build(
+        build_self_distilled,
+        examples,
+        prompts,
+        engine,
+        balance,
+        retriever_samples=samples[0],
+        generator_samples=samples[1],
+        vote_threshold=0.5,
+        temperature=1.0,
+    )
+
+
+def _build(builder, examples, prompts, engine, balance, **options):
+    """`builder`'s records from `engine`, with the settings every distilling test shares."""
     with BatchExecutor(workers=0) as executor:
-        return build_self_distilled(
+        return builder(
             examples,
             prompts,
             SchemaCache(0),
             engine,
             executor,
-            retriever_samples=samples[0],
-            generator_samples=samples[1],
-            vote_threshold=0.5,
-            temperature=1.0,
             top_p=1.0,
             max_new_tokens=64,
             max_prompt_tokens=100_000,
             balance=balance,
             seed=0,
+            **options,
         )
 
 
