@@ -3,8 +3,10 @@
 The query is parsed as SQLite, qualified against the schema (aliases resolved, `SELECT *`
 expanded, USING turned into ON), then every scope is walked — subqueries, CTEs, derived
 tables, correlated references — and each column that resolves to a real table is kept as
-its canonical id. `COUNT(*)` adds nothing; a column of a CTE or derived table counts through
-the scope that defines it.
+its canonical id. A column of a CTE or derived table counts through the scope that defines it.
+A table the query reads without naming any of its columns (`SELECT count(*) FROM t`) adds one
+column that stands for it, its primary key (else its first column): a schema pruned to the set
+must still show every table the query reads.
 
 SQLite reads an unknown double-quoted identifier as a string literal (`name = "Joe"`), as
 much Spider gold SQL relies on; so does this module.
@@ -52,11 +54,13 @@ def extract_columns(sql: str, schema: Schema) -> frozenset[str]:
     >>> s = Schema("db", (Table("T", (Column("T", "a"), Column("T", "b"))),))
     >>> sorted(extract_columns('SELECT count(*) FROM t WHERE "B" > 1', s))
     ['t.b']
+    >>> sorted(extract_columns("SELECT count(*) FROM t", s))
+    ['t.a']
     """
     tree = parse_query(sql)
     mapping = schema.sqlglot_mapping()
     try:
-        return _columns(tree, mapping)
+        return _columns(tree, mapping, schema)
     except SqlglotError as exc:
         raise SqlParseError(
             f"cannot resolve SQL against {schema.db_id}: {_first_line(exc)}"
@@ -67,7 +71,7 @@ def extract_columns(sql: str, schema: Schema) -> frozenset[str]:
         raise SqlParseError(f"cannot resolve SQL against {schema.db_id}: {_describe(exc)}") from exc
 
 
-def _columns(tree: exp.Expression, mapping: dict) -> frozenset[str]:
+def _columns(tree: exp.Expression, mapping: dict, schema: Schema) -> frozenset[str]:
     _literalize_unknown_quoted(tree, mapping)
     qualified = qualify(
         tree,
@@ -76,8 +80,11 @@ def _columns(tree: exp.Expression, mapping: dict) -> frozenset[str]:
         validate_qualify_columns=True,
         quote_identifiers=False,
     )
-    found = set()
+    found, read, named = set(), set(), set()
     for scope in traverse_scope(qualified):
+        for source in scope.sources.values():
+            if isinstance(source, exp.Table) and source.name.lower() in mapping:
+                read.add(source.name.lower())
         for column in scope.columns:
             source = _source_of(scope, column.table)
             known = isinstance(source, exp.Table) and column.name.lower() in mapping.get(
@@ -85,7 +92,22 @@ def _columns(tree: exp.Expression, mapping: dict) -> frozenset[str]:
             )
             if known:
                 found.add(canonical_id(source.name, column.name))
+                named.add(source.name.lower())
+    for table in read - named:
+        column = _stand_in(schema, table)
+        if column is not None:
+            found.add(column.id)
     return frozenset(found)
+
+
+def _stand_in(schema: Schema, table_name: str):
+    """The column that stands for a table read without naming a column: its key, else its first."""
+    try:
+        table = schema.table(table_name)
+    except KeyError:
+        return None
+    candidates = table.primary_key or table.columns
+    return candidates[0] if candidates else None
 
 
 def has_order_by(sql: str) -> bool:
