@@ -301,6 +301,11 @@ def test_train_writes_outputs_and_checkpoints(tiny_model_dir, examples, tmp_path
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [1, 2]
     assert "val/pipeline_ex" in steps[0]
+    # two steps: the first and last windows are one step each, not both steps twice
+    assert summary["window_steps"] == 1
+    for role in ("retriever", "generator"):
+        assert summary[f"{role}_reward_mean_first5"] == round(steps[0][f"{role}/reward_mean"], 4)
+        assert summary[f"{role}_reward_mean_last5"] == round(steps[1][f"{role}/reward_mean"], 4)
     assert (out / "curves.png").stat().st_size > 1000
     assert sorted(p.name for p in (out / "pool").iterdir()) == [
         "step-000001.json",

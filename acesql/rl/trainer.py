@@ -517,7 +517,10 @@ class GrpoTrainer:
 
     def summary(self, stop_reason: str = "steps", resumed_from: int = 0) -> dict:
         h = self.state.history
-        first, last = h[:5], h[-5:]
+        # First and last five steps; a shorter run compares its halves, so the two windows
+        # never share a step (one step alone is both).
+        width = max(1, min(5, len(h) // 2))
+        first, last = h[:width], h[-width:]
 
         def mean(rows, key):
             vals = [r[key] for r in rows if key in r]
@@ -532,6 +535,7 @@ class GrpoTrainer:
             "train_seconds": round(self.state.elapsed_s, 1),
             "best_val_pipeline_ex": self.state.best_eval,
             "best_step": self.state.best_step,
+            "window_steps": width,
             **{
                 f"{role}_{what}_{span}": mean(rows, f"{role}/{what}")
                 for role in ROLES
