@@ -110,6 +110,10 @@ BAD = [
         "rl_data: {generator_samples: 4, max_correct: 14}",
         r"rl_data: .*needs min_correct <= max_correct <= generator_samples; got 2, 14, 4",
     ),
+    (
+        "sft_data: {mode: self_distill, retriever_samples: 0}",
+        r"sft_data: .*self_distill votes over retriever samples: set retriever_samples >= 1",
+    ),
     ("evaluate: {mode: spider}", r"evaluate\.mode: unknown key; expected one of .*'match_mode'"),
     ("rl_data: {match_mode: exact}", r"rl_data\.match_mode: Input should be 'multiset', 'bird'"),
     # checked at load, so the data stage never deletes its outputs for them

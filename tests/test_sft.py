@@ -121,6 +121,53 @@ def test_generator_distillation_keeps_the_models_right_sql(examples, prompts):
     assert b["dropped"]["retriever"]["balance"] == 2
 
 
+def test_generator_distillation_takes_the_retrievers_own_covering_lists(examples, prompts):
+    """A retriever list that names every gold column, and more, is the target, in canonical
+    form; a list one gold column short, or one that does not parse, leaves the gold set."""
+    schemas = SchemaCache(0)
+    extra = {}
+    for ex in examples:
+        others = [c for c in schemas(ex).column_ids if c not in ex.gold_columns]
+        extra[ex.index] = others[:1]
+    wide, short, broken = examples[0], examples[1], examples[2]
+    assert extra[wide.index] and len(short.gold_columns) >= 1
+
+    def retriever(ex, n, options):
+        if ex is short:
+            return [columns_answer(ex.gold_columns[1:] + extra[ex.index])] * n
+        if ex is broken:
+            return ["the columns are obvious"] * n
+        return [columns_answer(list(ex.gold_columns) + extra[ex.index])] * n
+
+    engine = RoleEngine(examples, lambda ex, n, options: [sql_answer(ex.sql)] * n, retriever)
+    records, stats = _build(
+        build_generator_distilled,
+        examples,
+        prompts,
+        engine,
+        False,
+        generator_samples=1,
+        temperature=0.0,
+        retriever_samples=2,
+    )
+    d = stats.to_dict()
+    for rec in (r for r in records if r["role"] == "retriever"):
+        ex = next(e for e in examples if e.index == rec["index"])
+        got = sorted(parse_columns(rec["response"], schemas(ex)).columns)
+        if ex is short or ex is broken:
+            assert got == sorted(ex.gold_columns)
+        else:
+            assert got == sorted(set(ex.gold_columns) | set(extra[ex.index]))
+            assert rec["response"] == prompts.retriever_target(schemas(ex), got)
+    assert len([r for r in records if r["role"] == "retriever"]) == len(examples)
+    assert d["retriever_targets_from"] == {"gold_columns": 2, "own_lists": len(examples) - 2}
+    assert d["dropped"]["retriever"] == {
+        "misses_gold_columns": 2,
+        "unparseable": 2,
+        "duplicate": len(examples) - 2,
+    }
+
+
 def test_generator_distillation_with_nothing_right_keeps_the_retriever(examples, prompts):
     engine = RoleEngine(examples, lambda ex, n, options: ["I cannot answer that."] * n)
     records, stats = _distil_generator(examples, prompts, engine, samples=1, balance=True)

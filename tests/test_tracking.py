@@ -5,6 +5,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 from matplotlib.figure import Figure
 from mlflow import MlflowClient
 
@@ -191,6 +192,9 @@ def test_the_stage_entry_point_tags_its_run_from_the_environment(store, tmp_path
     assert run.info.run_name == "demo@dev" and run.data.tags["stage"] == "demo"
     assert run.data.tags[PARENT_RUN_TAG] == "parent-7"
     assert run.data.tags[FLOW_RUN_TAG] == "flow-7"
+    # the host decides bf16 under `auto`: two runs on different CPUs can be told apart
+    assert run.data.tags["host.cpu_native_bf16"] in ("true", "false")
+    assert run.data.tags["host.torch"] == torch.__version__ and run.data.tags["host.cpu"]
 
 
 def test_a_resumed_run_moves_under_the_pipeline_that_resumed_it(store):

@@ -139,15 +139,20 @@ class SftDataSection(Section):
     mode: Literal["gold", "distill_generator", "self_distill"] = Field(
         "gold",
         description="gold: targets from gold SQL and its columns (bootstrap for a weak base "
-        "model); distill_generator: gold column sets for the retriever, the base model's own "
-        "SQL that executes right for the generator (one generator rollout per question); "
-        "self_distill: the paper's paired self-distillation with execution filtering.",
+        "model); distill_generator: the base model's own SQL that executes right for the "
+        "generator, its own lists that name every gold column (else the gold set) for the "
+        "retriever (one rollout per role and question); self_distill: the paper's paired "
+        "self-distillation with execution filtering.",
     )
     max_examples: int | None = Field(
         None, ge=1, description="Source examples used (spread over databases); null: all."
     )
     retriever_samples: int = Field(
-        16, ge=1, description="Retriever samples voted per question (self_distill)."
+        16,
+        ge=0,
+        description="self_distill: retriever samples voted per question (at least 1); "
+        "distill_generator: retriever samples whose covering lists become targets (0: the "
+        "gold column sets alone).",
     )
     generator_samples: int = Field(
         4, ge=1, description="Generator samples per pruned schema (the distilling modes)."
@@ -160,6 +165,14 @@ class SftDataSection(Section):
     generation: GenerationSection = Field(
         default_factory=GenerationSection, description="Sampling of the distillation rollouts."
     )
+
+    @model_validator(mode="after")
+    def _self_distill_votes(self) -> SftDataSection:
+        if self.mode == "self_distill" and self.retriever_samples < 1:
+            raise ValueError(
+                "self_distill votes over retriever samples: set retriever_samples >= 1"
+            )
+        return self
 
 
 class RlDataSection(Section):

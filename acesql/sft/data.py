@@ -3,12 +3,16 @@
 gold: the retriever's target is the gold SQL's column set, the generator's the gold SQL on
       the schema pruned to that set. For a base model too weak to distil from.
 
-distill_generator: the retriever's target is the gold column set, as in gold; the generator's
-      targets are the base model's own SQL on the schema pruned to that set, kept when they
-      execute to the gold result (and not cut off). The generator is taught its own way of
-      writing, not the gold's, so a short cold start does not pull it toward the training
-      set's SQL style; one generator rollout per question instead of the paper's retriever
-      and generator rollouts (the CPU default).
+distill_generator: the generator's targets are the base model's own SQL on the schema pruned
+      to the gold column set, kept when they execute to the gold result (and not cut off).
+      The generator is taught its own way of writing, not the gold's, so a short cold start
+      does not pull it toward the training set's SQL style. The retriever's targets are its
+      own `retriever_samples` lists that name every gold column (the paper's support test of
+      step 3 below, with the gold SQL as the matched SQL), written in the canonical list
+      form; the gold column set where no sample covers it, or with `retriever_samples` 0.
+      Gold sets alone teach the retriever the smallest lists, and a list one column short
+      fails the whole question; the model's own covering lists keep the margin it had. One
+      rollout per role and question instead of the paper's voting (the CPU default).
 
 self_distill (ACE-SQL section 3, SFT cold start):
   1. the retriever samples n column lists per question; columns named by at least
@@ -45,6 +49,7 @@ from acesql.sql.parsing import format_ok, parse_columns, parse_sql
 class SftStats:
     kept: Counter = field(default_factory=Counter)  # (role, complexity) -> n
     dropped: Counter = field(default_factory=Counter)  # (role, reason) -> n
+    retriever_sources: Counter = field(default_factory=Counter)  # per question, before balance
 
     def to_dict(self) -> dict:
         out: dict = {"kept": defaultdict(dict), "dropped": defaultdict(dict)}
@@ -54,6 +59,8 @@ class SftStats:
             out["dropped"][role][reason] = n
         for role in ("retriever", "generator"):
             out[f"n_{role}"] = sum(n for (r, _), n in self.kept.items() if r == role)
+        if self.retriever_sources:
+            out["retriever_targets_from"] = dict(sorted(self.retriever_sources.items()))
         return {k: dict(v) if isinstance(v, defaultdict) else v for k, v in out.items()}
 
 
@@ -157,8 +164,10 @@ def build_generator_distilled(
     match_mode: str = "multiset",
     balance: bool = True,
     seed: int = 0,
+    retriever_samples: int = 0,
 ) -> tuple[list[dict], SftStats]:
-    """Gold retriever targets, self-distilled generator targets; see the module doc."""
+    """Self-distilled generator targets; covering retriever samples, else the gold column set,
+    as retriever targets; see the module doc."""
     stats = SftStats()
     usable = []  # (example, retriever prompt, retriever target, generator prompt)
     for ex in examples:
@@ -175,8 +184,13 @@ def build_generator_distilled(
         ):
             stats.dropped[("both", "prompt_too_long")] += 1
             continue
-        usable.append((ex, r_prompt, prompts.retriever_target(schema, columns), g_prompt))
+        usable.append((ex, r_prompt, columns, g_prompt))
     sampling = dict(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    retrieved = [[] for _ in usable]
+    if retriever_samples:
+        retrieved = engine.generate(
+            [u[1] for u in usable], n=retriever_samples, seed=seed + 1, **sampling
+        )
     generated = engine.generate([u[3] for u in usable], n=generator_samples, seed=seed, **sampling)
     checks = [
         (ex.db_path, parse_sql(o.text) or "", ex.sql)
@@ -186,8 +200,10 @@ def build_generator_distilled(
     verdicts = iter(executor.match_many(checks, match_mode))
 
     retriever_records, generator_records = [], []
-    for (ex, r_prompt, r_target, g_prompt), outputs in zip(usable, generated):
-        retriever_records.append(_record("retriever", r_prompt, r_target, ex))
+    for (ex, r_prompt, columns, g_prompt), r_outputs, outputs in zip(usable, retrieved, generated):
+        schema = schemas(ex)
+        for r_target in _covering_targets(r_outputs, columns, schema, prompts, stats):
+            retriever_records.append(_record("retriever", r_prompt, r_target, ex))
         seen = set()
         for o in outputs:
             reason = _distilled_sql_problem(o, next(verdicts), prompts, seen)
@@ -203,6 +219,26 @@ def build_generator_distilled(
     for rec in retriever_records + generator_records:
         stats.kept[(rec["role"], rec["complexity"])] += 1
     return retriever_records + generator_records, stats
+
+
+def _covering_targets(outputs, gold: list[str], schema, prompts: PromptBuilder, stats) -> list:
+    """The distinct retriever lists among `outputs` that name every gold column, canonical;
+    the gold column set when none does."""
+    targets = []
+    for o in outputs:
+        parsed = parse_columns(o.text, schema)
+        if not parsed.ok or not format_ok(o, "retriever", prompts.reasoning):
+            stats.dropped[("retriever", "unparseable")] += 1
+        elif not set(gold) <= set(parsed.columns):
+            stats.dropped[("retriever", "misses_gold_columns")] += 1
+        else:
+            target = prompts.retriever_target(schema, parsed.columns)
+            if target in targets:
+                stats.dropped[("retriever", "duplicate")] += 1
+            else:
+                targets.append(target)
+    stats.retriever_sources["own_lists" if targets else "gold_columns"] += 1
+    return targets or [prompts.retriever_target(schema, gold)]
 
 
 def _distilled_sql_problem(output, verdict, prompts: PromptBuilder, seen: set) -> str | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from acesql.config import load_section
 from acesql.distributed import launch_command, process_rank
 from acesql.errors import AcesqlError
+from acesql.models.precision import host_tags
 from acesql.staging import write_atomic
 from acesql.tracking import NullTracker, make_tracker
 
@@ -53,7 +54,7 @@ def run_stage(
         tracker = make_tracker(loaded["base"]) if process_rank() == 0 else NullTracker()
         params = {s: section.model_dump(mode="json") for s, section in loaded.items()}
         run_id = resume_run(loaded) if resume_run else None
-        run_tags = {"stage": name, **(tags(loaded) if tags else {})}
+        run_tags = {"stage": name, **host_tags(), **(tags(loaded) if tags else {})}
         with tracker.start_run(run_name or name, params, tags=run_tags, run_id=run_id):
             metrics = work(loaded, tracker)
     except AcesqlError as exc:

@@ -77,7 +77,13 @@ def _distil(cfg, examples, prompts, schemas, model_dir, p, seed):
         with BatchExecutor() as executor:
             if cfg.mode == "distill_generator":
                 return build_generator_distilled(
-                    examples, prompts, schemas, engine, executor, **common
+                    examples,
+                    prompts,
+                    schemas,
+                    engine,
+                    executor,
+                    retriever_samples=cfg.retriever_samples,
+                    **common,
                 )
             return build_self_distilled(
                 examples,
