@@ -6,6 +6,10 @@ A plain tqdm bar's remaining time is the time the planned steps would take; when
 stops the run first, that ETA (`3/400 [00:38<1:20:25]`) names an end that never comes. With
 `budget_s` the bar shows whichever comes first: the steps' ETA, or the budget's time left
 marked `budget` (`3/400 [00:38<11:22 budget, 12.67s/step]`). Without it, it is tqdm's bar.
+
+A trainer's summary compares its first and last steps with `history_windows` and
+`window_mean`: five steps each, or the two halves of a shorter run, so a 4-step run does not
+compare two windows that share its middle steps.
 """
 
 from __future__ import annotations
@@ -42,3 +46,21 @@ class StepBar(tqdm):
         if self.budget_s is not None:
             d["left"] = time_left(d["n"], d["total"], d["rate"], d["elapsed"], self.budget_s)
         return d
+
+
+def history_windows(history: list[dict], most: int = 5) -> tuple[list[dict], list[dict], int]:
+    """The first and last `most` steps of `history`, the halves of a shorter run (one step
+    alone is both), and the window's width.
+
+    >>> first, last, width = history_windows([{"r": 0}, {"r": 1}, {"r": 2}, {"r": 3}])
+    >>> first, last, width
+    ([{'r': 0}, {'r': 1}], [{'r': 2}, {'r': 3}], 2)
+    """
+    width = max(1, min(most, len(history) // 2))
+    return history[:width], history[-width:], width
+
+
+def window_mean(rows: list[dict], key: str) -> float | None:
+    """The mean of `key` over the rows that have it, to 4 places; None when none does."""
+    values = [r[key] for r in rows if key in r]
+    return round(sum(values) / len(values), 4) if values else None

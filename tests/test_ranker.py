@@ -137,6 +137,10 @@ def test_the_trainer_samples_both_orders_updates_and_resumes(tiny_model_dir, tmp
     summary = again.train(tmp_path / "out")
     assert summary["steps"] == 3 and again.history[:2] == trainer.history
     assert [e["step"] for e in summary["evaluations"]] == [0, 3]  # before, then after
+    # three steps: the first and the last alone, never a window that shares a step
+    assert summary["window_steps"] == 1
+    assert summary["reward_mean_first5"] == round(again.history[0]["reward_mean"], 4)
+    assert summary["reward_mean_last5"] == round(again.history[-1]["reward_mean"], 4)
     assert (tmp_path / "out" / "model.safetensors").is_file()
     assert set(again._batch(0)) | set(again._batch(1)) <= set(_pairs(5))
 

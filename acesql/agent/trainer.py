@@ -39,6 +39,7 @@ from acesql.agent.rewards import (
     partial_correctness,
 )
 from acesql.errors import ConfigError
+from acesql.progress import history_windows, window_mean
 from acesql.rl.advantages import group_advantages
 from acesql.rl.update import ScoredSequence, single_role_training
 from acesql.sql.replicas import ReplicaPool
@@ -189,19 +190,15 @@ class AgentGrpoTrainer:
         }
 
     def summary(self, stopped: str, seconds: float) -> dict:
-        first, last = self.history[:5], self.history[-5:]
-
-        def mean(rows, key):
-            values = [r[key] for r in rows if key in r]
-            return sum(values) / len(values) if values else None
-
+        first, last, width = history_windows(self.history)
         return {
             "steps": len(self.history),
             "stopped": stopped,
             "train_seconds": round(seconds, 1),
-            "reward_mean_first5": mean(first, "reward_mean"),
-            "reward_mean_last5": mean(last, "reward_mean"),
-            "success_first5": mean(first, "success"),
-            "success_last5": mean(last, "success"),
+            "window_steps": width,
+            "reward_mean_first5": window_mean(first, "reward_mean"),
+            "reward_mean_last5": window_mean(last, "reward_mean"),
+            "success_first5": window_mean(first, "success"),
+            "success_last5": window_mean(last, "success"),
             "history": self.history,
         }

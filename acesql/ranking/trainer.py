@@ -33,6 +33,7 @@ import torch
 
 from acesql.checkpoint import Checkpoints, fingerprint, save_model
 from acesql.errors import ConfigError
+from acesql.progress import history_windows, window_mean
 from acesql.ranking.judge import letter_id, next_token_logprobs
 from acesql.ranking.pairs import RankerPair
 from acesql.rl.advantages import group_advantages
@@ -174,12 +175,7 @@ class RankerTrainer:
         }
 
     def summary(self, stopped: str, seconds: float) -> dict:
-        first, last = self.history[:5], self.history[-5:]
-
-        def mean(rows, key):
-            values = [r[key] for r in rows if key in r]
-            return round(sum(values) / len(values), 4) if values else None
-
+        first, last, width = history_windows(self.history)
         before = self.evaluations[0] if self.evaluations else {}
         after = self.evaluations[-1] if self.evaluations else {}
         return {
@@ -187,8 +183,9 @@ class RankerTrainer:
             "stopped": stopped,
             "train_pairs": len(self.pairs),
             "train_seconds": round(seconds, 1),
-            "reward_mean_first5": mean(first, "reward_mean"),
-            "reward_mean_last5": mean(last, "reward_mean"),
+            "window_steps": width,
+            "reward_mean_first5": window_mean(first, "reward_mean"),
+            "reward_mean_last5": window_mean(last, "reward_mean"),
             **{f"held_out_before/{k}": v for k, v in before.items() if k != "step"},
             **{f"held_out_after/{k}": v for k, v in after.items() if k != "step"},
             "history": self.history,

@@ -73,7 +73,7 @@ from acesql.distributed import SINGLE, Dist, full_state_dict, load_full_state, s
 from acesql.errors import ConfigError
 from acesql.models.freezing import train_top_layers
 from acesql.models.prompts import PromptBuilder
-from acesql.progress import StepBar
+from acesql.progress import StepBar, history_windows, window_mean
 from acesql.rl.pool import EmpiricalPool
 from acesql.rl.rewards import ROLES
 from acesql.rl.rollout import rollout
@@ -517,15 +517,7 @@ class GrpoTrainer:
 
     def summary(self, stop_reason: str = "steps", resumed_from: int = 0) -> dict:
         h = self.state.history
-        # First and last five steps; a shorter run compares its halves, so the two windows
-        # never share a step (one step alone is both).
-        width = max(1, min(5, len(h) // 2))
-        first, last = h[:width], h[-width:]
-
-        def mean(rows, key):
-            vals = [r[key] for r in rows if key in r]
-            return round(sum(vals) / len(vals), 4) if vals else None
-
+        first, last, width = history_windows(h)
         return {
             "steps": self.state.step,
             "planned_steps": self.total_steps,
@@ -537,12 +529,12 @@ class GrpoTrainer:
             "best_step": self.state.best_step,
             "window_steps": width,
             **{
-                f"{role}_{what}_{span}": mean(rows, f"{role}/{what}")
+                f"{role}_{what}_{span}": window_mean(rows, f"{role}/{what}")
                 for role in ROLES
                 for what in ("reward_mean", "match_rate")
                 for span, rows in (("first5", first), ("last5", last))
             },
-            "mean_conflict_ratio": mean(h, "conflict_ratio"),
+            "mean_conflict_ratio": window_mean(h, "conflict_ratio"),
             "pool": self.pool.stats(),
         }
 
