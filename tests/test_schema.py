@@ -105,6 +105,10 @@ def test_render_golden(school_db):
         ("name", "student.name"),
         ("dept_id", None),  # bare and ambiguous
         ("student.salary", None),
+        ("department.gpa", "student.gpa"),  # a real column under the wrong table, unique
+        ('"Course"."GPA"', "student.gpa"),
+        ("teacher.gpa", None),  # under a table the schema does not have
+        ("enrollment.dept_id", None),  # wrong table, and two tables have the column
         ("", None),
         ("...", None),
     ],

@@ -112,7 +112,11 @@ class Schema:
         """Map a column written by a person or a model to its canonical id, or None.
 
         Accepts `table.column` with any quoting (`"t"."c"`, `` `t`.`c` ``, `[t].[c]`) and case,
-        and a bare column name when exactly one table has it.
+        and a bare column name when exactly one table has it. A `table.column` naming a real
+        table that lacks the column stands for the column when exactly one table has it: small
+        models put a real column under the wrong table (`Student.PetType` for `Pets.PetType`),
+        and dropping it left lists empty. An unknown table, or an unknown or ambiguous column,
+        stays unknown.
         """
         parts = [_unquote(p) for p in _split_dotted(text.strip())]
         parts = [p for p in parts if p]
@@ -129,8 +133,17 @@ class Schema:
         bare = ".".join(parts).lower()
         if bare in self._columns:
             return bare
-        owners = [cid for cid, col in self._columns.items() if col.name.lower() == bare]
+        owners = self._owners(bare)
+        if not owners and len(parts) > 1 and self._has_table(".".join(parts[:-1])):
+            owners = self._owners(parts[-1].lower())
         return owners[0] if len(owners) == 1 else None
+
+    def _has_table(self, name: str) -> bool:
+        return any(table.name.lower() == name.lower() for table in self.tables)
+
+    def _owners(self, name: str) -> list[str]:
+        """The ids of the columns called `name` (lower case), in every table."""
+        return [cid for cid, col in self._columns.items() if col.name.lower() == name]
 
     def sqlglot_mapping(self) -> dict[str, dict[str, str]]:
         """`{table: {column: type}}` with lower-cased names, the form sqlglot's optimizer takes."""
