@@ -9,19 +9,15 @@ greedy generation of 8 prompts 145 s against 36 s. The `auto` setting asks the h
 
 `auto` makes a run's numbers depend on the host: the same `sft_data` stage, same inputs,
 wrote 55 targets per role in fp32 and 53 under bf16 autocast (greedy decoding flips on
-near ties). Every stage's MLflow run carries `host_tags()` so two runs can be told apart;
-set `bf16_autocast: false` where outputs must match across machines.
+near ties). Every stage's MLflow run carries `acesql.host.host_tags()`, so two runs can be
+told apart; set `bf16_autocast: false` where outputs must match across machines.
 """
 
 from __future__ import annotations
 
-import platform
-from functools import cache
-from pathlib import Path
-
 import torch
 
-NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+from acesql.host import cpu_has_native_bf16
 
 
 def bf16_autocast_enabled(setting: bool | str, device: torch.device | str) -> bool:
@@ -34,33 +30,3 @@ def bf16_autocast_enabled(setting: bool | str, device: torch.device | str) -> bo
     if device.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return device.type == "cpu" and cpu_has_native_bf16()
-
-
-@cache
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU computes in bf16 natively (Linux: read from /proc/cpuinfo)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return any(flag in flags for flag in NATIVE_BF16_FLAGS)
-
-
-@cache
-def host_tags() -> dict[str, str]:
-    """What besides a stage's inputs decides its numbers: the CPU, its bf16, the torch build."""
-    return {
-        "host.cpu": _cpu_model() or platform.machine(),
-        "host.cpu_native_bf16": str(cpu_has_native_bf16()).lower(),
-        "host.torch": torch.__version__,
-        "host.cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
-    }
-
-
-def _cpu_model() -> str:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return ""
-    names = (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-    return next(names, "")

@@ -14,7 +14,7 @@ from pathlib import Path
 from acesql.config import load_section
 from acesql.distributed import launch_command, process_rank
 from acesql.errors import AcesqlError
-from acesql.models.precision import host_tags
+from acesql.host import host_tags
 from acesql.staging import write_atomic
 from acesql.tracking import NullTracker, make_tracker
 
