@@ -40,6 +40,7 @@ def host_tags() -> dict[str, str]:
     }
 
 
+@cache
 def _cpuinfo() -> str:
     try:
         return Path("/proc/cpuinfo").read_text()

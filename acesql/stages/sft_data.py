@@ -62,7 +62,8 @@ def _distil(cfg, examples, prompts, schemas, model_dir, p, seed):
     from acesql.sql.batch_executor import BatchExecutor
 
     gen = cfg.generation
-    common = dict(
+    settings = dict(
+        retriever_samples=cfg.retriever_samples,
         generator_samples=cfg.generator_samples,
         temperature=gen.temperature,
         top_p=gen.top_p,
@@ -72,29 +73,13 @@ def _distil(cfg, examples, prompts, schemas, model_dir, p, seed):
         match_mode=cfg.match_mode,
         seed=seed,
     )
+    if cfg.mode == "self_distill":
+        settings["vote_threshold"] = cfg.vote_threshold
+    build = build_generator_distilled if cfg.mode == "distill_generator" else build_self_distilled
     engine = open_engine(gen, model_dir)
     try:
         with BatchExecutor() as executor:
-            if cfg.mode == "distill_generator":
-                return build_generator_distilled(
-                    examples,
-                    prompts,
-                    schemas,
-                    engine,
-                    executor,
-                    retriever_samples=cfg.retriever_samples,
-                    **common,
-                )
-            return build_self_distilled(
-                examples,
-                prompts,
-                schemas,
-                engine,
-                executor,
-                retriever_samples=cfg.retriever_samples,
-                vote_threshold=cfg.vote_threshold,
-                **common,
-            )
+            return build(examples, prompts, schemas, engine, executor, **settings)
     finally:
         engine.close()
 
