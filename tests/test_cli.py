@@ -266,6 +266,8 @@ def test_rows_file_is_written_whole_or_not_at_all(tmp_path):
         ["eval", "--chunk-size", "0"],
         ["eval", "--chunk-size", "-1"],
         ["eval", "--retriever-samples", "0"],
+        ["eval", "--vote-threshold", "0"],
+        ["eval", "--vote-threshold", "1.5"],
         ["eval", "--max-new-tokens", "0"],
         ["eval", "--limit", "0"],
         ["eval", "--limit", "-3"],

@@ -97,6 +97,13 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     help="1: greedy retriever; n: n samples voted.",
 )
 @click.option(
+    "--vote-threshold",
+    default=0.5,
+    show_default=True,
+    type=click.FloatRange(0.0, 1.0, min_open=True),
+    help="With n retriever samples: a column is kept when at least this share of them names it.",
+)
+@click.option(
     "--on-empty-vote",
     type=click.Choice(["empty", "full_schema"]),
     default="empty",
@@ -170,6 +177,7 @@ def evaluate_model(
     limit,
     mode,
     retriever_samples,
+    vote_threshold,
     on_empty_vote,
     selection,
     reasoning,
@@ -233,6 +241,7 @@ def evaluate_model(
         splits=[split],
         limit=limit,
         retriever_samples=retriever_samples,
+        vote_threshold=vote_threshold,
         on_empty_vote=on_empty_vote,
         timeout_s=timeout_s,
         match_mode=mode or DEFAULT_MODE[fmt],

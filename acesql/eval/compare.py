@@ -217,13 +217,16 @@ def load_rows(ref: str, tracking_uri: str | None = None) -> dict[str, list[dict]
 
 
 def compare_notes(a: dict, b: dict) -> list[str]:
-    """What makes two evaluations not like for like: a split on one side only, or a split
-    scored on a different number of questions.
+    """What makes two evaluations not like for like: a split on one side only, a split
+    scored on a different number of questions, or another retriever vote.
 
     >>> compare_notes({"dev": {"usable": 300}, "test_ood": {"usable": 6}},
     ...               {"test_ood": {"usable": 200}})
     ['dev: only A has it', 'test_ood: A scored 6 questions, B 200: the aggregate rows compare \
 different question sets (the paired rows use the questions both scored)']
+    >>> compare_notes({"dev": {"retriever_samples": 1}},
+    ...               {"dev": {"retriever_samples": 8, "vote_threshold": 0.25}})
+    ['dev: the retriever voted differently (A: greedy, B: 8 samples, threshold 0.25)']
     """
     notes = []
     for split in sorted(set(a) ^ set(b)):
@@ -235,7 +238,18 @@ different question sets (the paired rows use the questions both scored)']
                 f"{split}: A scored {size_a:g} questions, B {size_b:g}: the aggregate rows "
                 "compare different question sets (the paired rows use the questions both scored)"
             )
+        votes = [_vote(side[split]) for side in (a, b)]
+        if votes[0] != votes[1]:
+            notes.append(f"{split}: the retriever voted differently (A: {votes[0]}, B: {votes[1]})")
     return notes
+
+
+def _vote(scores: dict) -> str:
+    """How the retriever's columns were chosen (older result folders did not say: greedy)."""
+    n = int(scores.get("retriever_samples", 1))
+    if n == 1:
+        return "greedy"
+    return f"{n} samples, threshold {scores.get('vote_threshold', 0.5):g}"
 
 
 def paired_table(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> str:

@@ -148,6 +148,8 @@ def _described(summary: dict, model, dataset, split, settings: dict, start: floa
         "dataset": dataset,
         "split": split,
         "mode": settings.get("mode", "multiset"),
+        "retriever_samples": settings.get("retriever_samples", 1),
+        "vote_threshold": settings.get("vote_threshold", 0.5),
         **summary,
         "seconds": round(time.monotonic() - start, 1),
     }

@@ -103,10 +103,14 @@ class Schema:
         return self._columns[cid.lower()]
 
     def table(self, name: str) -> Table:
-        for table in self.tables:
-            if table.name.lower() == name.lower():
-                return table
-        raise KeyError(name)
+        """The table called `name`, in any case (KeyError when absent)."""
+        table = self._find_table(name)
+        if table is None:
+            raise KeyError(name)
+        return table
+
+    def _find_table(self, name: str) -> Table | None:
+        return next((t for t in self.tables if t.name.lower() == name.lower()), None)
 
     def resolve(self, text: str) -> str | None:
         """Map a column written by a person or a model to its canonical id, or None.
@@ -134,12 +138,9 @@ class Schema:
         if bare in self._columns:
             return bare
         owners = self._owners(bare)
-        if not owners and len(parts) > 1 and self._has_table(".".join(parts[:-1])):
+        if not owners and len(parts) > 1 and self._find_table(".".join(parts[:-1])) is not None:
             owners = self._owners(parts[-1].lower())
         return owners[0] if len(owners) == 1 else None
-
-    def _has_table(self, name: str) -> bool:
-        return any(table.name.lower() == name.lower() for table in self.tables)
 
     def _owners(self, name: str) -> list[str]:
         """The ids of the columns called `name` (lower case), in every table."""
