@@ -315,3 +315,32 @@ def test_vllm_update_weights_loads_named_parameters(fake_vllm, tmp_path):
     assert torch.equal(loaded["weight"], policy.weight) and not loaded["weight"].requires_grad
     engine.update_weights({"lm_head.weight": torch.zeros(2)})
     assert engine.llm.model.loaded[-1][0] == "lm_head.weight"
+
+
+def test_bf16_autocast_keeps_weight_copies_and_the_freezing(sharp_model, tokenizer):
+    """Under autocast the engine runs outside inference mode with every weight marked as
+    requiring grad, so autocast keeps its bf16 copies from step to step: the same tokens as
+    casting every step (an outer inference mode), and a trainer's frozen weights stay frozen."""
+    from acesql.models.freezing import train_top_layers
+
+    model = copy.deepcopy(sharp_model)
+    trainable = {id(p) for p in train_top_layers(model, 1)}
+    engine = HFEngine(model=model, tokenizer=tokenizer, batch_size=4, bf16_autocast=True)
+    seen = []
+    hook = model.register_forward_pre_hook(
+        lambda *_: seen.append(all(p.requires_grad for p in model.parameters()))
+    )
+    try:
+        kept = engine.generate(PROMPTS, n=2, max_new_tokens=12, seed=3)
+        with torch.inference_mode():
+            recast = engine.generate(PROMPTS, n=2, max_new_tokens=12, seed=3)
+    finally:
+        hook.remove()
+
+    def rows(groups):
+        return [[(c.token_ids, c.logprobs) for c in group] for group in groups]
+
+    assert rows(kept) == rows(recast)
+    assert seen and all(seen)
+    assert {id(p) for p in model.parameters() if p.requires_grad} == trainable
+    assert 0 < len(trainable) < len(list(model.parameters()))

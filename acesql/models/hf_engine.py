@@ -11,14 +11,19 @@ gathered from the raw logits `generate` returns (`output_logits=True`); those lo
 (rows, steps, vocab), are the engine's largest allocation and never outlive their chunk.
 
 A trainer can pass its own policy module (`model=`): generation then runs on the live weights,
-in eval mode and inference mode, and the module's train/eval mode is restored afterwards.
+in eval mode without autograd, and the module's train/eval mode is restored afterwards.
+Generation runs under `torch.no_grad()`, not `torch.inference_mode()`: autocast keeps the bf16
+copy of a weight for the whole call only outside inference mode, and only of a weight that
+requires grad, so the weights a trainer froze are marked as requiring grad for the call (and
+put back after). Otherwise every decoding step casts every weight again, which made bf16
+decoding slower than fp32 on CPU (`bench/autocast_bench.py` measures it; the completions are
+identical).
 Same seed, same prompts, same `batch_size` -> the same completions on CPU. Seeding forks the
 global RNG, so it does not disturb the caller's random stream.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from contextlib import contextmanager
 from pathlib import Path
@@ -136,7 +141,7 @@ class HFEngine(Engine):
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode(), _seeded(seed, self.device), self._autocast():
+            with torch.no_grad(), _seeded(seed, self.device), self._autocast():
                 for start in range(0, len(units), per_chunk):
                     picked = order[start : start + per_chunk]
                     chunk = [units[i] for i in picked]
@@ -227,10 +232,21 @@ class HFEngine(Engine):
             "cache": cache,
         }
 
+    @contextmanager
     def _autocast(self):
+        """bf16 autocast over the whole call, its weight copies kept from step to step."""
         if not self.bf16_autocast:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+            yield
+            return
+        frozen = [p for p in self.model.parameters() if not p.requires_grad]
+        for p in frozen:
+            p.requires_grad_(True)
+        try:
+            with torch.autocast(self.device.type, dtype=torch.bfloat16):
+                yield
+        finally:
+            for p in frozen:
+                p.requires_grad_(False)
 
     def update_weights(self, model) -> None:
         """Take the trainer's weights: nothing to do when the engine shares its module."""
