@@ -28,7 +28,7 @@ import json
 import tempfile
 import time
 
-from generate_bench import chat_prompts
+from generate_bench import chat_prompts, model_or_tiny
 
 
 def timed(engine, prompts, max_new_tokens: int, outer) -> tuple[dict, list]:
@@ -62,11 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from acesql.models.hf_engine import HFEngine
 
     with tempfile.TemporaryDirectory() as scratch:
-        model_dir = args.model
-        if model_dir is None:
-            from acesql.models.tiny import build_tiny_model
-
-            model_dir = build_tiny_model(scratch)
+        model_dir = model_or_tiny(args.model, scratch)
         engine = HFEngine(model_dir, device="cpu", batch_size=8, progress=False)
         prompts = chat_prompts(engine.tokenizer)
         runs, tokens = {}, {}

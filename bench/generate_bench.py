@@ -49,6 +49,15 @@ def chat_prompts(tokenizer) -> list[str]:
     ]
 
 
+def model_or_tiny(model_dir: str | None, scratch: str) -> str:
+    """`model_dir`, or a tiny random model built in `scratch` when it is None."""
+    if model_dir is not None:
+        return model_dir
+    from acesql.models.tiny import build_tiny_model
+
+    return build_tiny_model(scratch)
+
+
 def timed_run(engine, prompts: list[str], max_new_tokens: int, seed: int) -> dict:
     start = time.perf_counter()
     groups = engine.generate(
@@ -82,11 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     from acesql.models.hf_engine import HFEngine
 
     with tempfile.TemporaryDirectory() as scratch:
-        model_dir = args.model
-        if model_dir is None:
-            from acesql.models.tiny import build_tiny_model
-
-            model_dir = build_tiny_model(scratch)
+        model_dir = model_or_tiny(args.model, scratch)
         engine = HFEngine(model_dir, device="cpu", dtype=args.dtype, batch_size=1)
         prompts = chat_prompts(engine.tokenizer)
         engine.generate(prompts[:2], max_new_tokens=4, seed=args.seed)  # warm-up
