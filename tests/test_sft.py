@@ -168,67 +168,6 @@ def test_generator_distillation_takes_the_retrievers_own_covering_lists(examples
     }
 
 
-def test_widened_lists_and_the_generator_on_its_own_schema(examples, prompts):
-    """With `widen` a list one gold column short is a target with that column added, and with
-    generator_schema "retrieved" the generator samples on its own list plus the gold columns;
-    a question whose list does not parse keeps the gold set for both roles."""
-    schemas = SchemaCache(0)
-    extra = {}
-    for ex in examples:
-        extra[ex.index] = [c for c in schemas(ex).column_ids if c not in ex.gold_columns][:1]
-    short, broken = examples[1], examples[2]
-
-    def retriever(ex, n, options):
-        if ex is short:
-            return [columns_answer(ex.gold_columns[1:] + extra[ex.index])] * n
-        if ex is broken:
-            return ["the columns are obvious"] * n
-        return [columns_answer(list(ex.gold_columns) + extra[ex.index])] * n
-
-    engine = RoleEngine(examples, lambda ex, n, options: [sql_answer(ex.sql)] * n, retriever)
-    records, stats = _build(
-        build_generator_distilled,
-        examples,
-        prompts,
-        engine,
-        False,
-        generator_samples=1,
-        temperature=0.0,
-        retriever_samples=1,
-        widen=True,
-        generator_schema="retrieved",
-    )
-    d = stats.to_dict()
-    for ex in examples:
-        schema = schemas(ex)
-        wanted = (
-            set(ex.gold_columns) if ex is broken else set(ex.gold_columns) | set(extra[ex.index])
-        )
-        (ret,) = [r for r in records if r["role"] == "retriever" and r["index"] == ex.index]
-        assert set(parse_columns(ret["response"], schema).columns) == wanted
-        (gen,) = [r for r in records if r["role"] == "generator" and r["index"] == ex.index]
-        assert gen["prompt"] == prompts.generator(schema, wanted, ex.question, ex.evidence)
-    assert d["retriever_targets_from"] == {
-        "gold_columns": 1,
-        "own_lists": len(examples) - 2,
-        "widened_lists": 1,
-    }
-    assert d["generator_schema_from"] == {"gold_columns": 1, "retrieved": len(examples) - 1}
-    assert d["dropped"]["retriever"] == {"unparseable": 1}
-
-    with pytest.raises(ValueError, match="generator_schema"):
-        _build(
-            build_generator_distilled,
-            examples,
-            prompts,
-            engine,
-            False,
-            generator_samples=1,
-            temperature=0.0,
-            generator_schema="voted",
-        )
-
-
 def test_generator_distillation_with_nothing_right_keeps_the_retriever(examples, prompts):
     engine = RoleEngine(examples, lambda ex, n, options: ["I cannot answer that."] * n)
     records, stats = _distil_generator(examples, prompts, engine, samples=1, balance=True)

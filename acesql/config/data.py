@@ -157,17 +157,6 @@ class SftDataSection(Section):
     generator_samples: int = Field(
         4, ge=1, description="Generator samples per pruned schema (the distilling modes)."
     )
-    widen_short_lists: bool = Field(
-        True,
-        description="distill_generator: a retriever list that misses gold columns is a target "
-        "with them added, so it keeps the model's margin (false: the gold column set).",
-    )
-    generator_schema: Literal["gold", "retrieved"] = Field(
-        "retrieved",
-        description="distill_generator: the generator samples on the schema pruned to the "
-        "retriever's own list plus the gold columns (retrieved: the kind the pipeline shows "
-        "it) or to the gold columns alone (gold).",
-    )
     vote_threshold: float = Field(0.5, gt=0, le=1, description="Share of votes a column needs.")
     balance: bool = Field(True, description="Keep as many retriever as generator samples.")
     match_mode: MatchMode = Field(

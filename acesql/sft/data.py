@@ -9,13 +9,9 @@ distill_generator: the generator's targets are the base model's own SQL on the s
       does not pull it toward the training set's SQL style. The retriever's targets are its
       own `retriever_samples` lists that name every gold column (the paper's support test of
       step 3 below, with the gold SQL as the matched SQL), written in the canonical list
-      form. With `widen` a list that misses gold columns is a target with them added, so
-      every question keeps the margin the model had; without it such a question, or one
-      with `retriever_samples` 0, gets the gold column set. Gold sets alone teach the
-      retriever the smallest lists, and a list one column short fails the whole question.
-      With `generator_schema` "retrieved" the generator samples on the schema pruned to its
-      own first list plus the gold columns, the kind of schema the pipeline shows it (the
-      paper samples on the voted schema); "gold" prunes to the gold columns alone. One
+      form; the gold column set where no sample covers it, or with `retriever_samples` 0.
+      Gold sets alone teach the retriever the smallest lists, and a list one column short
+      fails the whole question; the model's own covering lists keep the margin it had. One
       rollout per role and question instead of the paper's voting (the CPU default).
 
 self_distill (ACE-SQL section 3, SFT cold start):
@@ -54,7 +50,6 @@ class SftStats:
     kept: Counter = field(default_factory=Counter)  # (role, complexity) -> n
     dropped: Counter = field(default_factory=Counter)  # (role, reason) -> n
     retriever_sources: Counter = field(default_factory=Counter)  # per question, before balance
-    generator_schemas: Counter = field(default_factory=Counter)  # per question (distill_generator)
 
     def to_dict(self) -> dict:
         out: dict = {"kept": defaultdict(dict), "dropped": defaultdict(dict)}
@@ -66,8 +61,6 @@ class SftStats:
             out[f"n_{role}"] = sum(n for (r, _), n in self.kept.items() if r == role)
         if self.retriever_sources:
             out["retriever_targets_from"] = dict(sorted(self.retriever_sources.items()))
-        if self.generator_schemas:
-            out["generator_schema_from"] = dict(sorted(self.generator_schemas.items()))
         return {k: dict(v) if isinstance(v, defaultdict) else v for k, v in out.items()}
 
 
@@ -172,13 +165,9 @@ def build_generator_distilled(
     balance: bool = True,
     seed: int = 0,
     retriever_samples: int = 0,
-    widen: bool = False,
-    generator_schema: str = "gold",
 ) -> tuple[list[dict], SftStats]:
-    """Self-distilled generator targets; covering retriever samples (widened to the gold
-    columns with `widen`), else the gold column set, as retriever targets; see the module doc."""
-    if generator_schema not in ("gold", "retrieved"):
-        raise ValueError(f"generator_schema is gold or retrieved, not {generator_schema!r}")
+    """Self-distilled generator targets; covering retriever samples, else the gold column set,
+    as retriever targets; see the module doc."""
     stats = SftStats()
     usable = []  # (example, retriever prompt, retriever target, generator prompt)
     for ex in examples:
@@ -202,15 +191,6 @@ def build_generator_distilled(
         retrieved = engine.generate(
             [u[1] for u in usable], n=retriever_samples, seed=seed + 1, **sampling
         )
-    r_targets = []
-    for i, ((ex, r_prompt, columns, g_prompt), r_outputs) in enumerate(zip(usable, retrieved)):
-        schema = schemas(ex)
-        r_targets.append(_covering_targets(r_outputs, columns, schema, prompts, stats, widen))
-        if generator_schema == "retrieved":
-            g_prompt = _margin_prompt(ex, schema, columns, r_outputs, prompts, max_prompt_tokens)
-            stats.generator_schemas["retrieved" if g_prompt else "gold_columns"] += 1
-            if g_prompt:
-                usable[i] = (ex, r_prompt, columns, g_prompt)
     generated = engine.generate([u[3] for u in usable], n=generator_samples, seed=seed, **sampling)
     checks = [
         (ex.db_path, parse_sql(o.text) or "", ex.sql)
@@ -220,8 +200,9 @@ def build_generator_distilled(
     verdicts = iter(executor.match_many(checks, match_mode))
 
     retriever_records, generator_records = [], []
-    for (ex, r_prompt, _, g_prompt), targets, outputs in zip(usable, r_targets, generated):
-        for r_target in targets:
+    for (ex, r_prompt, columns, g_prompt), r_outputs, outputs in zip(usable, retrieved, generated):
+        schema = schemas(ex)
+        for r_target in _covering_targets(r_outputs, columns, schema, prompts, stats):
             retriever_records.append(_record("retriever", r_prompt, r_target, ex))
         seen = set()
         for o in outputs:
@@ -240,59 +221,24 @@ def build_generator_distilled(
     return retriever_records + generator_records, stats
 
 
-def _covering_targets(
-    outputs, gold: list[str], schema, prompts: PromptBuilder, stats, widen: bool = False
-) -> list:
+def _covering_targets(outputs, gold: list[str], schema, prompts: PromptBuilder, stats) -> list:
     """The distinct retriever lists among `outputs` that name every gold column, canonical;
-    with `widen`, when none does, the parsed lists with the missing gold columns added; else
-    the gold column set."""
-    targets, widened = [], []
+    the gold column set when none does."""
+    targets = []
     for o in outputs:
-        parsed = _own_list(o, schema, prompts)
-        if parsed is None:
+        parsed = parse_columns(o.text, schema)
+        if not parsed.ok or not format_ok(o, "retriever", prompts.reasoning):
             stats.dropped[("retriever", "unparseable")] += 1
-        elif not set(gold) <= set(parsed):
-            target = prompts.retriever_target(schema, set(parsed) | set(gold))
-            if not widen:
-                stats.dropped[("retriever", "misses_gold_columns")] += 1
-            elif target in widened:
-                stats.dropped[("retriever", "duplicate")] += 1
-            else:
-                widened.append(target)
+        elif not set(gold) <= set(parsed.columns):
+            stats.dropped[("retriever", "misses_gold_columns")] += 1
         else:
-            target = prompts.retriever_target(schema, parsed)
+            target = prompts.retriever_target(schema, parsed.columns)
             if target in targets:
                 stats.dropped[("retriever", "duplicate")] += 1
             else:
                 targets.append(target)
-    if targets:
-        if widened:  # a covering list is the better target
-            stats.dropped[("retriever", "misses_gold_columns")] += len(widened)
-        stats.retriever_sources["own_lists"] += 1
-        return targets
-    if widened:
-        stats.retriever_sources["widened_lists"] += 1
-        return widened
-    stats.retriever_sources["gold_columns"] += 1
-    return [prompts.retriever_target(schema, gold)]
-
-
-def _own_list(output, schema, prompts: PromptBuilder) -> tuple[str, ...] | None:
-    """The columns a well-formed retriever output names (possibly none), else None."""
-    parsed = parse_columns(output.text, schema)
-    if not parsed.ok or not format_ok(output, "retriever", prompts.reasoning):
-        return None
-    return parsed.columns
-
-
-def _margin_prompt(ex, schema, gold, outputs, prompts: PromptBuilder, max_tokens) -> str | None:
-    """The generator prompt on the schema pruned to the first well-formed retriever list plus
-    the gold columns; None when no list parsed or the prompt is too long."""
-    own = next((c for c in (_own_list(o, schema, prompts) for o in outputs) if c is not None), None)
-    if own is None:
-        return None
-    prompt = prompts.generator(schema, set(own) | set(gold), ex.question, ex.evidence)
-    return prompt if prompts.fits(prompt, max_tokens) else None
+    stats.retriever_sources["own_lists" if targets else "gold_columns"] += 1
+    return targets or [prompts.retriever_target(schema, gold)]
 
 
 def _distilled_sql_problem(output, verdict, prompts: PromptBuilder, seen: set) -> str | None:
