@@ -13,6 +13,7 @@ from acesql.sft.data import build_generator_distilled, build_gold, build_self_di
 from acesql.sft.trainer import IGNORE, tokenize_records, train_sft
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.parsing import parse_columns, parse_sql
+from acesql.sql.schema import quote_identifier
 from tests.helpers import RoleEngine, columns_answer, sql_answer
 
 
@@ -166,6 +167,48 @@ def test_generator_distillation_takes_the_retrievers_own_covering_lists(examples
         "unparseable": 2,
         "duplicate": len(examples) - 2,
     }
+
+
+def test_shuffled_tables_show_the_targets_on_other_orders(examples, prompts):
+    """With `shuffle_tables` a retriever target is shown on its schema with the tables
+    reordered, its list in that order; the columns, the generator's records and a rerun with
+    the same seed do not change."""
+    engine = RoleEngine(examples, lambda ex, n, options: [sql_answer(ex.sql)] * n)
+
+    def build(shuffle):
+        return _build(
+            build_generator_distilled,
+            examples,
+            prompts,
+            engine,
+            False,
+            generator_samples=1,
+            temperature=0.0,
+            shuffle_tables=shuffle,
+        )[0]
+
+    plain, shuffled = build(False), build(True)
+    assert shuffled == build(True)
+    assert [r for r in shuffled if r["role"] == "generator"] == [
+        r for r in plain if r["role"] == "generator"
+    ]
+    schemas, moved = SchemaCache(0), 0
+    for before, after in zip(
+        (r for r in plain if r["role"] == "retriever"),
+        (r for r in shuffled if r["role"] == "retriever"),
+    ):
+        schema = schemas(next(e for e in examples if e.index == after["index"]))
+        positions = {
+            t.name: after["prompt"].index(f"CREATE TABLE {quote_identifier(t.name)} (")
+            for t in schema.tables
+        }
+        listed = parse_columns(after["response"], schema).columns
+        assert set(listed) == set(parse_columns(before["response"], schema).columns)
+        at = [positions[schema.column(c).table] for c in listed]
+        assert at == sorted(at)  # the list follows the order the prompt shows
+        assert sorted(after["prompt"]) == sorted(before["prompt"])  # the same text, reordered
+        moved += after["prompt"] != before["prompt"]
+    assert moved >= len(examples) // 2
 
 
 def test_generator_distillation_with_nothing_right_keeps_the_retriever(examples, prompts):

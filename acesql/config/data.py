@@ -157,6 +157,12 @@ class SftDataSection(Section):
     generator_samples: int = Field(
         4, ge=1, description="Generator samples per pruned schema (the distilling modes)."
     )
+    shuffle_tables: bool = Field(
+        False,
+        description="distill_generator: show each retriever target on the schema with its "
+        "tables in a seeded random order, so the list cannot lean on where a table sits (the "
+        "paper: false).",
+    )
     vote_threshold: float = Field(0.5, gt=0, le=1, description="Share of votes a column needs.")
     balance: bool = Field(True, description="Keep as many retriever as generator samples.")
     match_mode: MatchMode = Field(

@@ -12,7 +12,10 @@ distill_generator: the generator's targets are the base model's own SQL on the s
       form; the gold column set where no sample covers it, or with `retriever_samples` 0.
       Gold sets alone teach the retriever the smallest lists, and a list one column short
       fails the whole question; the model's own covering lists keep the margin it had. One
-      rollout per role and question instead of the paper's voting (the CPU default).
+      rollout per role and question instead of the paper's voting (the CPU default). With
+      `shuffle_tables` each retriever target is shown on the schema with its tables in a
+      seeded random order, the list following that order: the model names the first table's
+      columns far more often than questions use them, and a fixed order teaches that more.
 
 self_distill (ACE-SQL section 3, SFT cold start):
   1. the retriever samples n column lists per question; columns named by at least
@@ -43,6 +46,7 @@ from acesql.sql.cocte import parse_cocte
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns
 from acesql.sql.parsing import format_ok, parse_columns, parse_sql
+from acesql.sql.schema import Schema
 
 
 @dataclass
@@ -165,6 +169,7 @@ def build_generator_distilled(
     balance: bool = True,
     seed: int = 0,
     retriever_samples: int = 0,
+    shuffle_tables: bool = False,
 ) -> tuple[list[dict], SftStats]:
     """Self-distilled generator targets; covering retriever samples, else the gold column set,
     as retriever targets; see the module doc."""
@@ -200,10 +205,16 @@ def build_generator_distilled(
     verdicts = iter(executor.match_many(checks, match_mode))
 
     retriever_records, generator_records = [], []
+    order = random.Random(seed + 2) if shuffle_tables else None
     for (ex, r_prompt, columns, g_prompt), r_outputs, outputs in zip(usable, retrieved, generated):
         schema = schemas(ex)
-        for r_target in _covering_targets(r_outputs, columns, schema, prompts, stats):
-            retriever_records.append(_record("retriever", r_prompt, r_target, ex))
+        for target in _covering_targets(r_outputs, columns, schema, prompts, stats):
+            shown = _shuffled(schema, order) if order else schema
+            prompt = prompts.retriever(shown, ex.question, ex.evidence) if order else r_prompt
+            if not prompts.fits(prompt, max_prompt_tokens):
+                shown, prompt = schema, r_prompt
+            response = prompts.retriever_target(shown, target)
+            retriever_records.append(_record("retriever", prompt, response, ex))
         seen = set()
         for o in outputs:
             reason = _distilled_sql_problem(o, next(verdicts), prompts, seen)
@@ -222,8 +233,8 @@ def build_generator_distilled(
 
 
 def _covering_targets(outputs, gold: list[str], schema, prompts: PromptBuilder, stats) -> list:
-    """The distinct retriever lists among `outputs` that name every gold column, canonical;
-    the gold column set when none does."""
+    """The distinct column sets of the retriever lists among `outputs` that name every gold
+    column; the gold column set when none does."""
     targets = []
     for o in outputs:
         parsed = parse_columns(o.text, schema)
@@ -231,14 +242,19 @@ def _covering_targets(outputs, gold: list[str], schema, prompts: PromptBuilder, 
             stats.dropped[("retriever", "unparseable")] += 1
         elif not set(gold) <= set(parsed.columns):
             stats.dropped[("retriever", "misses_gold_columns")] += 1
+        elif frozenset(parsed.columns) in targets:
+            stats.dropped[("retriever", "duplicate")] += 1
         else:
-            target = prompts.retriever_target(schema, parsed.columns)
-            if target in targets:
-                stats.dropped[("retriever", "duplicate")] += 1
-            else:
-                targets.append(target)
+            targets.append(frozenset(parsed.columns))
     stats.retriever_sources["own_lists" if targets else "gold_columns"] += 1
-    return targets or [prompts.retriever_target(schema, gold)]
+    return targets or [frozenset(gold)]
+
+
+def _shuffled(schema: Schema, rng: random.Random) -> Schema:
+    """`schema` with its tables in a random order (columns keep theirs within a table)."""
+    tables = list(schema.tables)
+    rng.shuffle(tables)
+    return Schema(schema.db_id, tuple(tables), schema.foreign_keys)
 
 
 def _distilled_sql_problem(output, verdict, prompts: PromptBuilder, seen: set) -> str | None:

@@ -75,6 +75,8 @@ def _distil(cfg, examples, prompts, schemas, model_dir, p, seed):
     )
     if cfg.mode == "self_distill":
         settings["vote_threshold"] = cfg.vote_threshold
+    else:
+        settings["shuffle_tables"] = cfg.shuffle_tables
     build = build_generator_distilled if cfg.mode == "distill_generator" else build_self_distilled
     engine = open_engine(gen, model_dir)
     try:
