@@ -139,6 +139,19 @@ def test_summary_by_hand():
     assert s["failures"] == {"wrong_result": 1}
     assert s["by_complexity"]["moderate"]["pipeline_ex"] == 0.5
     assert s["by_complexity"]["simple"]["usable"] == 2
+    assert "first_table_share" not in s  # rows without the counts
+
+
+def test_first_table_shares_by_hand():
+    rows = [
+        _row(True) | {"retrieved_columns": ["a.x", "a.y", "b.z"], "gold_columns": ["b.z"]},
+        _row(False) | {"retrieved_columns": ["a.x"], "gold_columns": ["a.x", "c.w"]},
+    ]
+    rows[0] |= {"retrieved_first_table": 2, "gold_first_table": 0}
+    rows[1] |= {"retrieved_first_table": 1, "gold_first_table": 1}
+    s = summarize(rows)
+    assert s["first_table_share"] == 0.75 and s["gold_first_table_share"] == round(1 / 3, 4)
+    assert s["by_complexity"]["simple"]["first_table_share"] == 0.75
 
 
 class Scripted(RoleEngine):
@@ -226,6 +239,24 @@ def test_non_gold_ratio_counts_correct_sql_with_other_columns(setup, synth_dir):
     assert extra in first_row["pred_columns"]
     resolved = summary["non_gold_of"]
     assert resolved >= 1 and summary["non_gold_ratio"] == pytest.approx(1 / resolved, abs=1e-4)
+
+
+def test_rows_count_the_columns_of_the_table_shown_first(setup):
+    """The retriever answers the gold columns, so it names the first table exactly as often
+    as the gold SQL uses it."""
+    from acesql.sql.schema import Schema
+
+    examples, prompts = setup
+    with BatchExecutor(workers=0) as executor:
+        summary, rows = evaluate_examples(
+            examples, Scripted(examples, lambda ex, i: ex.sql), prompts, executor
+        )
+    for ex, row in zip(examples, rows):
+        first = {c.id for c in Schema.from_sqlite(ex.db_path, n_samples=0).tables[0].columns}
+        assert row["gold_first_table"] == len(first & set(ex.gold_columns))
+        assert row["retrieved_first_table"] == row["gold_first_table"]
+    assert sum(r["gold_first_table"] for r in rows) > 0
+    assert summary["first_table_share"] == summary["gold_first_table_share"] > 0
 
 
 def _schema_columns(synth_dir, example):

@@ -92,6 +92,7 @@ def evaluate_examples(
                 "retriever_fallback": fell_back,
                 "retriever_unknown": sorted({u for p in parsed for u in p.unknown}),
                 "retriever_tokens": sum(len(o.token_ids) for o in outputs) / len(outputs),
+                **_first_table_counts(schema, chosen, gold),
             }
         )
         pipeline_prompts.append(prompts.generator(schema, chosen, ex.question, ex.evidence))
@@ -252,6 +253,16 @@ def _columns_of(sql: str | None, schema) -> list[str] | None:
         return sorted(extract_columns(sql, schema))
     except SqlParseError:
         return None
+
+
+def _first_table_counts(schema, chosen, gold) -> dict:
+    """How many chosen and gold columns belong to the table the prompt shows first: a
+    retriever that leans on position names that table far more often than questions use it."""
+    first = {c.id for c in schema.tables[0].columns} if schema.tables else set()
+    return {
+        "retrieved_first_table": len(first & set(chosen)),
+        "gold_first_table": len(first & set(gold)) if gold is not None else None,
+    }
 
 
 def _retrieval_scores(row: dict) -> None:

@@ -12,6 +12,9 @@ Each score comes with the count it is a share of. Overall and per complexity lev
   `generator_ex`: the generator on the gold columns' schema;
 - retriever: recall, precision, exact set match of the chosen columns against the gold SQL's,
   and `covers_gold` (every gold column chosen);
+- `first_table_share`: share of the chosen columns that belong to the table the schema shows
+  first, beside `gold_first_table_share`, the gold columns' share there (a retriever that
+  leans on position names that table far more often than the gold SQL uses it);
 - `non_gold_ratio`: share of correct pipeline predictions whose columns differ from the gold
   SQL's (the ACE-SQL paper, Table 3), over the correct predictions whose columns could be resolved;
 - output tokens per query, retriever + generator.
@@ -48,6 +51,8 @@ SCORE_LABELS = (
     ("retriever_precision", "precision"),
     ("retriever_exact", "exact set"),
     ("covers_gold", "covers gold"),
+    ("first_table_share", "named from 1st table"),
+    ("gold_first_table_share", "gold in 1st table"),
     ("non_gold_ratio", "non-gold"),
     ("tokens_per_query", "tokens / query"),
 )
@@ -165,6 +170,10 @@ def scores(rows: list[dict]) -> dict:
         if n
         else 0.0,
     }
+    placed = [r for r in scored if r.get("gold_first_table") is not None]
+    if placed:  # rows written before these counts existed have none
+        out["first_table_share"] = _share(placed, "retrieved_first_table", "retrieved_columns")
+        out["gold_first_table_share"] = _share(placed, "gold_first_table", "gold_columns")
     if voted:
         out["maj_k"] = voted[0]["maj_k"]
         out |= _selection_scores(voted)
@@ -199,6 +208,12 @@ def _selection_scores(voted: list[dict]) -> dict:
         out["r3rs_generated"] = _mean(resampled, "r3rs_generated", 2)
         out["r3rs_oracle_ex"] = _mean(resampled, "r3rs_oracle")
     return out
+
+
+def _share(rows: list[dict], part: str, whole: str) -> float:
+    """Sum of `part` over the summed lengths of the `whole` lists (0 when they are empty)."""
+    total = sum(len(r[whole]) for r in rows)
+    return round(sum(r[part] for r in rows) / total, 4) if total else 0.0
 
 
 def _mean(rows: list[dict], key: str, digits: int = 4) -> float:
