@@ -16,6 +16,7 @@ distill_generator: the generator's targets are the base model's own SQL on the s
       `shuffle_tables` each retriever target is shown on the schema with its tables in a
       seeded random order, the list following that order: the model names the first table's
       columns far more often than questions use them, and a fixed order teaches that more.
+      Measured on the CPU profile it removes that lean without raising accuracy (off there).
 
 self_distill (ACE-SQL section 3, SFT cold start):
   1. the retriever samples n column lists per question; columns named by at least
