@@ -74,7 +74,7 @@ def test_self_distillation_keeps_supported_samples(examples, prompts):
     assert all(r["response"] for r in records)
 
 
-def _distil_generator(examples, prompts, engine, samples=2, balance=False):
+def _distil_generator(examples, prompts, engine, samples=2, balance=False, **options):
     """Generator-distilled records from `engine`, `samples` greedy generator rollouts each."""
     return _build(
         build_generator_distilled,
@@ -84,6 +84,7 @@ def _distil_generator(examples, prompts, engine, samples=2, balance=False):
         balance,
         generator_samples=samples,
         temperature=0.0,
+        **options,
     )
 
 
@@ -141,16 +142,7 @@ def test_generator_distillation_takes_the_retrievers_own_covering_lists(examples
         return [columns_answer(list(ex.gold_columns) + extra[ex.index])] * n
 
     engine = RoleEngine(examples, lambda ex, n, options: [sql_answer(ex.sql)] * n, retriever)
-    records, stats = _build(
-        build_generator_distilled,
-        examples,
-        prompts,
-        engine,
-        False,
-        generator_samples=1,
-        temperature=0.0,
-        retriever_samples=2,
-    )
+    records, stats = _distil_generator(examples, prompts, engine, 1, retriever_samples=2)
     d = stats.to_dict()
     for rec in (r for r in records if r["role"] == "retriever"):
         ex = next(e for e in examples if e.index == rec["index"])
@@ -176,16 +168,7 @@ def test_shuffled_tables_show_the_targets_on_other_orders(examples, prompts):
     engine = RoleEngine(examples, lambda ex, n, options: [sql_answer(ex.sql)] * n)
 
     def build(shuffle):
-        return _build(
-            build_generator_distilled,
-            examples,
-            prompts,
-            engine,
-            False,
-            generator_samples=1,
-            temperature=0.0,
-            shuffle_tables=shuffle,
-        )[0]
+        return _distil_generator(examples, prompts, engine, 1, shuffle_tables=shuffle)[0]
 
     plain, shuffled = build(False), build(True)
     assert shuffled == build(True)

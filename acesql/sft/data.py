@@ -210,10 +210,12 @@ def build_generator_distilled(
     for (ex, r_prompt, columns, g_prompt), r_outputs, outputs in zip(usable, retrieved, generated):
         schema = schemas(ex)
         for target in _covering_targets(r_outputs, columns, schema, prompts, stats):
-            shown = _shuffled(schema, order) if order else schema
-            prompt = prompts.retriever(shown, ex.question, ex.evidence) if order else r_prompt
-            if not prompts.fits(prompt, max_prompt_tokens):
-                shown, prompt = schema, r_prompt
+            shown, prompt = schema, r_prompt  # r_prompt's length was checked above
+            if order:
+                shuffled = _shuffled(schema, order)
+                candidate = prompts.retriever(shuffled, ex.question, ex.evidence)
+                if prompts.fits(candidate, max_prompt_tokens):
+                    shown, prompt = shuffled, candidate
             response = prompts.retriever_target(shown, target)
             retriever_records.append(_record("retriever", prompt, response, ex))
         seen = set()
