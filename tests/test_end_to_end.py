@@ -16,8 +16,9 @@ class Oracle:
     """Answers with the gold columns and SQL; `wrong_sql` makes the generator fail (on every
     question, or on those of `wrong_for`)."""
 
-    def __init__(self, examples, wrong_sql=False, bad_columns=False, wrong_for=()):
+    def __init__(self, examples, wrong_sql=False, bad_columns=False, wrong_for=(), loop=False):
         self.examples, self.wrong_sql, self.bad_columns = examples, wrong_sql, bad_columns
+        self.loop = loop  # the retriever repeats its list until the token cap cuts it
         self.wrong_for = {e.question for e in wrong_for}
         self.calls = []
 
@@ -29,6 +30,8 @@ class Oracle:
             if "schema linking" in p:
                 cols = ["nowhere.nothing"] if self.bad_columns else ex.gold_columns
                 text = "```\n[" + ", ".join(cols) + "]\n```"
+                if self.loop:
+                    text = "```\n[" + ", ".join(cols * 3) + ", " + cols[0][:3]
             elif self.wrong_sql or ex.question in self.wrong_for:
                 text = "```sql\nSELECT 1 WHERE 0\n```"
             else:
@@ -75,6 +78,19 @@ def test_wrong_sql_and_bad_columns(setup):
     # ... or, as an evaluation option, the whole schema; the oracle generator then succeeds
     assert summary["retriever_fallback_rate"] == 1.0 and summary["pipeline_ex"] == 1.0
     assert all(len(r["retrieved_columns"]) > 1 for r in rows)
+
+
+def test_a_looping_retriever_is_rejected_or_salvaged(setup):
+    examples, prompts = setup
+    with BatchExecutor(workers=0) as ex:
+        strict, _ = evaluate_examples(examples, Oracle(examples, loop=True), prompts, ex)
+        engine = Oracle(examples, loop=True)
+        salvaged, rows = evaluate_examples(examples, engine, prompts, ex, unclosed_list="salvage")
+    # the paper's strict parse: no list, an empty schema; salvaged: the looped-over columns
+    assert strict["retriever_fallback_rate"] == 1.0 and strict["retriever_salvaged_rate"] == 0.0
+    assert salvaged["retriever_fallback_rate"] == 0.0 and salvaged["retriever_salvaged_rate"] == 1.0
+    assert salvaged["pipeline_ex"] == salvaged["retriever_exact"] == 1.0
+    assert all(r["retrieved_columns"] == sorted(e.gold_columns) for r, e in zip(rows, examples))
 
 
 def test_pipeline_ex_is_the_share_of_right_answers(setup):

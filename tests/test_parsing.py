@@ -80,6 +80,34 @@ def test_parse_columns(text, columns, unknown, ok, schemas):
     assert (got.error is None) is ok
 
 
+@pytest.mark.parametrize(
+    "text, columns, unknown",
+    [
+        # a greedy loop cut by the token cap: the columns before the first repeat
+        (
+            "```\n[student.name, student.age, student.name, student.age, stu",
+            ("student.name", "student.age"),
+            (),
+        ),
+        # cut while still naming new columns: the item the cut ended is dropped
+        ("[student.name, course.title, course.cre", ("student.name", "course.title"), ()),
+        ("[student.name, nope.x, student.name, course.title, ", ("student.name",), ("nope.x",)),
+        ("[student.name", (), ()),
+    ],
+)
+def test_unclosed_list_is_rejected_or_salvaged(text, columns, unknown, schemas):
+    strict = parse_columns(text, schemas["school"])
+    assert (strict.ok, strict.columns, strict.salvaged) == (False, (), False)
+    got = parse_columns(text, schemas["school"], salvage_unclosed=True)
+    assert (got.ok, got.columns, got.unknown, got.salvaged) == (True, columns, unknown, True)
+
+
+def test_salvage_leaves_a_closed_list_alone(schemas):
+    text = "[course.title]\nthen [student.name, student.name, student.age"
+    got = parse_columns(text, schemas["school"], salvage_unclosed=True)
+    assert (got.columns, got.salvaged) == (("course.title",), False)
+
+
 LONG = 100_000
 
 

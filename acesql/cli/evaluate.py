@@ -110,6 +110,14 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     show_default=True,
     help="When the retriever selects no column: an empty schema (the paper) or the whole one.",
 )
+@click.option(
+    "--unclosed-list",
+    type=click.Choice(["reject", "salvage"]),
+    default="reject",
+    show_default=True,
+    help="A retriever list cut off while looping: no list (the paper) or the columns it "
+    "named before its first repeat.",
+)
 @selection_options("greedy")
 @click.option("--reasoning/--no-reasoning", default=False, show_default=True)
 @click.option(
@@ -179,6 +187,7 @@ def evaluate_model(
     retriever_samples,
     vote_threshold,
     on_empty_vote,
+    unclosed_list,
     selection,
     reasoning,
     sample_values,
@@ -243,6 +252,7 @@ def evaluate_model(
         retriever_samples=retriever_samples,
         vote_threshold=vote_threshold,
         on_empty_vote=on_empty_vote,
+        unclosed_list=unclosed_list,
         timeout_s=timeout_s,
         match_mode=mode or DEFAULT_MODE[fmt],
         generation=GenerationSection(

@@ -31,6 +31,12 @@ class EvaluateSection(Section):
         "generator sees an empty schema (empty, the paper's rule) or the whole schema "
         "(full_schema, which hides a retriever that does not answer).",
     )
+    unclosed_list: Literal["reject", "salvage"] = Field(
+        "reject",
+        description="A retriever list that never closes (a greedy loop cut by the token cap): "
+        "no list (reject, the paper's strict parse) or the columns it named before its first "
+        "repeat (salvage).",
+    )
     timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout.")
     match_mode: MatchMode = Field(
         "multiset", description="Execution match mode (multiset for synthetic data)."

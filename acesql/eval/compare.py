@@ -227,6 +227,8 @@ different question sets (the paired rows use the questions both scored)']
     >>> compare_notes({"dev": {"retriever_samples": 1}},
     ...               {"dev": {"retriever_samples": 8, "vote_threshold": 0.25}})
     ['dev: the retriever voted differently (A: greedy, B: 8 samples, threshold 0.25)']
+    >>> compare_notes({"dev": {}}, {"dev": {"unclosed_list": "salvage"}})
+    ['dev: the retriever voted differently (A: greedy, B: greedy, unclosed lists salvaged)']
     """
     notes = []
     for split in sorted(set(a) ^ set(b)):
@@ -247,9 +249,10 @@ different question sets (the paired rows use the questions both scored)']
 def _vote(scores: dict) -> str:
     """How the retriever's columns were chosen (older result folders did not say: greedy)."""
     n = int(scores.get("retriever_samples", 1))
-    if n == 1:
-        return "greedy"
-    return f"{n} samples, threshold {scores.get('vote_threshold', 0.5):g}"
+    vote = "greedy" if n == 1 else f"{n} samples, threshold {scores.get('vote_threshold', 0.5):g}"
+    if scores.get("unclosed_list") == "salvage":
+        vote += ", unclosed lists salvaged"
+    return vote
 
 
 def paired_table(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> str:

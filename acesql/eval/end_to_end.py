@@ -1,8 +1,9 @@
 """Evaluation of a model in both roles, one row per question.
 
 - pipeline EX: retriever (greedy, or n samples voted) -> its columns (when none are selected,
-  an empty schema or, with `on_empty="full_schema"`, the whole one) -> pruned schema ->
-  generator (greedy) -> execution match against the gold;
+  an empty schema or, with `on_empty="full_schema"`, the whole one; a list that never closed
+  is no list, or with `unclosed_list="salvage"` the columns before its first repeat) ->
+  pruned schema -> generator (greedy) -> execution match against the gold;
 - maj@k (k > 0): k generator samples on the same pruned schema vote with their execution
   results (`acesql.eval.majority`), with candidate recall (any of the k correct); with
   `selection={"method": "r3", ...}` the same k are also chosen among by pointwise best-of-k
@@ -40,6 +41,7 @@ def evaluate_examples(
     retriever_samples: int = 1,
     vote_threshold: float = 0.5,
     on_empty: str = "empty",
+    unclosed_list: str = "reject",
     max_new_tokens: int = 256,
     maj_k: int = 0,
     maj_temperature: float = 1.0,
@@ -72,7 +74,8 @@ def evaluate_examples(
     rows, pipeline_prompts, ability_prompts = [], [], []
     for ex, outputs in zip(examples, r_out):
         schema = schemas(ex)
-        parsed = [parse_columns(o.text, schema) for o in outputs]
+        salvage = unclosed_list == "salvage"
+        parsed = [parse_columns(o.text, schema, salvage_unclosed=salvage) for o in outputs]
         chosen, fell_back = vote_columns(
             [p.columns if p.ok else None for p in parsed], schema, vote_threshold, on_empty
         )
@@ -91,6 +94,7 @@ def evaluate_examples(
                 "retrieved_columns": sorted(chosen),
                 "retriever_fallback": fell_back,
                 "retriever_unknown": sorted({u for p in parsed for u in p.unknown}),
+                "retriever_salvaged": any(p.salvaged for p in parsed),
                 "retriever_tokens": sum(len(o.token_ids) for o in outputs) / len(outputs),
                 **_first_table_counts(schema, chosen, gold),
             }

@@ -159,6 +159,8 @@ def scores(rows: list[dict]) -> dict:
         "retriever_exact": _mean(scored, "exact_columns"),
         "covers_gold": _mean(scored, "covers_gold"),
         "retriever_fallback_rate": _mean(rows, "retriever_fallback"),
+        # rows written before salvaging existed have no such field: nothing was salvaged
+        "retriever_salvaged_rate": _share_of(rows, "retriever_salvaged"),
         "non_gold_ratio": _mean(resolved, "non_gold"),
         "non_gold_of": len(resolved),
         "no_sql_rate": round(sum(r["pred_sql"] is None for r in rows) / n, 4) if n else 0.0,
@@ -214,6 +216,11 @@ def _share(rows: list[dict], part: str, whole: str) -> float:
     """Sum of `part` over the summed lengths of the `whole` lists (0 when they are empty)."""
     total = sum(len(r[whole]) for r in rows)
     return round(sum(r[part] for r in rows) / total, 4) if total else 0.0
+
+
+def _share_of(rows: list[dict], key: str) -> float:
+    """The share of rows whose `key` is true; a row without it counts as false."""
+    return round(sum(bool(r.get(key)) for r in rows) / len(rows), 4) if rows else 0.0
 
 
 def _mean(rows: list[dict], key: str, digits: int = 4) -> float:

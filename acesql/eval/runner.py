@@ -150,6 +150,7 @@ def _described(summary: dict, model, dataset, split, settings: dict, start: floa
         "mode": settings.get("mode", "multiset"),
         "retriever_samples": settings.get("retriever_samples", 1),
         "vote_threshold": settings.get("vote_threshold", 0.5),
+        "unclosed_list": settings.get("unclosed_list", "reject"),
         **summary,
         "seconds": round(time.monotonic() - start, 1),
     }
@@ -165,6 +166,7 @@ _EVAL_ARGS = {
     "retriever_samples",
     "vote_threshold",
     "on_empty",
+    "unclosed_list",
     "max_new_tokens",
     "maj_k",
     "maj_temperature",

@@ -49,6 +49,7 @@ def settings(
         "retriever_samples": cfg.retriever_samples,
         "vote_threshold": cfg.vote_threshold,
         "on_empty": cfg.on_empty_vote,
+        "unclosed_list": cfg.unclosed_list,
         "max_new_tokens": cfg.generation.max_new_tokens,
         "maj_k": selection.candidates if selection.method != "greedy" else 0,
         "maj_temperature": selection.temperature,

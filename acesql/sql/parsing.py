@@ -22,6 +22,7 @@ _FENCE = re.compile(r"```[ \t]*+([A-Za-z0-9_+-]*+)[ \t]*+\n?+(.*?)```", re.S)
 _OPEN_FENCE = re.compile(r"```[ \t]*+([A-Za-z0-9_+-]*+)[ \t]*+\n(.*)$", re.S)
 _BARE_SQL = re.compile(r"(?im)^[ \t]*+((?:SELECT|WITH)\b.*)")
 _LIST = re.compile(r"\[([^\[\]]*+)\]", re.S)
+_OPEN_LIST = re.compile(r"\[([^\[\]]*+)$", re.S)
 _THOUGHT = re.compile(r"</think>", re.I)
 _SQL_BLOCK = re.compile(r"```(?:sql|sqlite)[ \t]*+\n.*?```", re.S | re.I)
 
@@ -112,15 +113,28 @@ class ColumnParse:
     unknown: tuple[str, ...]  # items that name no column of the schema
     ok: bool  # False when no list was found at all
     error: str | None = None
+    salvaged: bool = False  # True: read from a list that never closed (`salvage_unclosed`)
 
 
-def parse_columns(text: str, schema: Schema) -> ColumnParse:
+def parse_columns(text: str, schema: Schema, *, salvage_unclosed: bool = False) -> ColumnParse:
     """The columns a retriever output names, resolved against `schema`.
 
     Takes the last code block holding a `[...]` list (or the last list in the text), splits
     it on commas and newlines, and tolerates quotes and backticks around items.
 
+    A list that never closes is no list (the paper's strict reading). With
+    `salvage_unclosed`, an output that ends inside an open list (a greedy decoder looping
+    over the same columns until the token cap) gives the columns it named before the first
+    one it named again; an item the cut ended is dropped.
+
     >>> from acesql.sql.schema import Column, Table
+    >>> s = Schema("db", (Table("t", (Column("t", "a"), Column("t", "b"))),))
+    >>> parse_columns("[t.a, t.b, t.a, t.b, t.", s).ok
+    False
+    >>> loop = parse_columns("[t.a, t.b, t.a, t.b, t.", s, salvage_unclosed=True)
+    >>> loop.columns, loop.salvaged
+    (('t.a', 't.b'), True)
+
     >>> s = Schema("db", (Table("Singer", (Column("Singer", "Name"),)),))
     >>> got = parse_columns("```\\n['singer.name', `Singer`.`Age`]\\n```", s)
     >>> got.columns, got.unknown
@@ -138,7 +152,10 @@ def parse_columns(text: str, schema: Schema) -> ColumnParse:
     if items is None:
         lists = _LIST.findall(body)
         if not lists:
-            return ColumnParse((), (), False, "no [table.column, ...] list found")
+            opened = _OPEN_LIST.search(body) if salvage_unclosed else None
+            if opened is None:
+                return ColumnParse((), (), False, "no [table.column, ...] list found")
+            return _salvage(opened.group(1), schema)
         items = lists[-1]
     columns, unknown = [], []
     resolved: dict[str, str | None] = {}  # a degenerate output repeats one item thousands of times
@@ -154,3 +171,20 @@ def parse_columns(text: str, schema: Schema) -> ColumnParse:
         elif cid not in columns:
             columns.append(cid)
     return ColumnParse(tuple(columns), tuple(unknown), True)
+
+
+def _salvage(items: str, schema: Schema) -> ColumnParse:
+    """The columns of an unclosed list: complete items up to the first repeated column."""
+    columns, unknown = [], []
+    for raw in re.split(r"[,\n]", items)[:-1]:  # the last piece is what the cut left
+        item = raw.strip()
+        if not item:
+            continue
+        cid = schema.resolve(item)
+        if cid is None:
+            unknown.append(item)
+        elif cid in columns:
+            break
+        else:
+            columns.append(cid)
+    return ColumnParse(tuple(columns), tuple(unknown), True, salvaged=True)
