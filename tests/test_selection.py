@@ -127,6 +127,8 @@ def test_the_fingerprint_settings_of_greedy_and_maj_are_those_of_earlier_folders
     assert maj == {**greedy, "maj_k": 4}
     r3 = settings(cfg, SelectionSection(method="r3", candidates=4, tau=0.1), **common)
     assert r3["maj_k"] == 4 and r3["selection"]["tau"] == 0.1
+    salvage = settings(EvaluateSection(unclosed_list="salvage"), **common)
+    assert salvage == {**greedy, "unclosed_list": "salvage"}
 
 
 def test_r3_needs_the_engine_that_gives_next_token_probabilities():

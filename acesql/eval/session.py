@@ -37,6 +37,8 @@ def settings(
     earlier versions keep their fingerprint and resume."""
     selection = selection or SelectionSection()
     named = {"sql_format": sql_format} if sql_format != "direct" else {}
+    if cfg.unclosed_list != "reject":
+        named["unclosed_list"] = cfg.unclosed_list
     if selection.method == "r3":
         named["selection"] = selection.model_dump(
             include={"method", "tau", "resample", "resample_candidates", "audit_threshold"}
@@ -49,7 +51,6 @@ def settings(
         "retriever_samples": cfg.retriever_samples,
         "vote_threshold": cfg.vote_threshold,
         "on_empty": cfg.on_empty_vote,
-        "unclosed_list": cfg.unclosed_list,
         "max_new_tokens": cfg.generation.max_new_tokens,
         "maj_k": selection.candidates if selection.method != "greedy" else 0,
         "maj_temperature": selection.temperature,
