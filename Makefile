@@ -11,7 +11,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run heldout ui ui-stop deploy worker trigger test test-slow lint format bench bench-pcgrad bench-grpo bench-replicas bench-dist clean
+.PHONY: setup run heldout ui ui-stop deploy worker trigger test test-slow test-gpu lint format bench bench-pcgrad bench-grpo bench-replicas bench-dist clean
 
 # While `make ui`'s Prefect server runs (its PID lives), `make run` reports to it.
 UI_API := $(shell test -f .ui/prefect.api && ps -p $$(cat .ui/prefect.pid 2>/dev/null) >/dev/null 2>&1 && cat .ui/prefect.api)
@@ -75,6 +75,10 @@ test: setup
 
 test-slow: setup
 	$(PY) -m pytest -m "slow or external" -q
+
+# The CUDA paths (engine, SFT, GRPO in bf16) on a tiny random model: on a machine with a GPU.
+test-gpu: setup
+	$(PY) -m pytest -m gpu -q tests/test_gpu.py
 
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -73,5 +73,10 @@ def test_bf16_autocast_setting():
     )
     assert bf16_autocast_enabled("auto", "cpu") == native
     assert bf16_autocast_enabled("auto", "meta") is False
+    # on a GPU, auto trains under autocast but samples in fp32 (it slowed sampling there)
+    gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    assert bf16_autocast_enabled("auto", "cuda") == gpu_bf16
+    assert bf16_autocast_enabled("auto", "cuda", generation=True) is False
+    assert bf16_autocast_enabled(True, "cuda", generation=True) is True
     with pytest.raises(ValueError, match="true, false or 'auto'"):
         bf16_autocast_enabled("sometimes", "cpu")

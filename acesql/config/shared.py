@@ -105,6 +105,7 @@ class GenerationSection(Section):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
     bf16_autocast: bool | Literal["auto"] = Field(
         "auto",
-        description="transformers engine: bf16 matrix products on fp32 weights; auto: where "
-        "the hardware computes bf16 natively (GPUs, AVX512-BF16/AMX CPUs), else fp32.",
+        description="transformers engine: bf16 matrix products on fp32 weights; auto: on "
+        "CPUs that compute bf16 natively (AVX512-BF16/AMX), else fp32 (on a GPU too, where "
+        "autocast slowed sampling).",
     )

@@ -39,7 +39,7 @@ from transformers import (
 
 from acesql.errors import ConfigError
 from acesql.models.engine import Completion, Engine
-from acesql.models.logits import cache_of
+from acesql.models.logits import cache_argument, cache_of
 from acesql.models.precision import bf16_autocast_enabled
 
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -67,9 +67,10 @@ class HFEngine(Engine):
         and is shared, not copied. `batch_size` is the number of sequences generated together;
         `progress` shows a bar when a call needs more than one batch. `share_prefix` prefills
         a prompt sampled n times once (a chunk then holds max(batch_size, n) rows);
-        `bf16_autocast` runs fp32 weights with bf16 matrix products (CPUs with AVX512-BF16 or
-        AMX, and GPUs, go about twice as fast; log-probs move by about 1e-2; other CPUs go
-        several times slower); "auto" asks the hardware (`acesql.models.precision`).
+        `bf16_autocast` runs fp32 weights with bf16 matrix products (meant for CPUs with
+        AVX512-BF16 or AMX; CPUs without go several times slower, and sampling a 0.5B model
+        on an H200 went 2.6 times slower; log-probs move by about 1e-2); "auto" asks the
+        hardware and means fp32 on a GPU (`acesql.models.precision`).
         """
         if device not in DEVICES:
             raise ConfigError(f"unknown device {device!r}; choose one of {list(DEVICES)}")
@@ -94,7 +95,7 @@ class HFEngine(Engine):
         self.progress = progress
         self.share_prefix = share_prefix
         self.device = next(model.parameters()).device
-        self.bf16_autocast = bf16_autocast_enabled(bf16_autocast, self.device)
+        self.bf16_autocast = bf16_autocast_enabled(bf16_autocast, self.device, generation=True)
         self.eos_ids = _eos_ids(model, tokenizer)
 
     def generate(
@@ -229,7 +230,7 @@ class HFEngine(Engine):
         return {
             "input_ids": ids.repeat_interleave(copies, 0),
             "attention_mask": mask.repeat_interleave(copies, 0),
-            "cache": cache,
+            cache_argument(self.model): cache,
         }
 
     @contextmanager

@@ -11,6 +11,8 @@ forward only, and DDP (which hides the model's own attributes) syncs gradients t
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn.functional as F
 
@@ -101,8 +103,8 @@ def shared_prompt_logprobs(
         input_ids=comp,
         attention_mask=attn,
         position_ids=positions,
-        cache=cache,
         use_cache=True,
+        **{cache_argument(decoder): cache},
     ).last_hidden_state
     # token 0 is predicted by the prompt's last position, token t by completion position t-1
     first = out.last_hidden_state[:, -1:].expand(n, 1, -1)
@@ -118,3 +120,13 @@ def cache_of(output):
     """The key/value cache of a model output (`cache` in recent transformers)."""
     cache = getattr(output, "cache", None)
     return cache if cache is not None else output.past_key_values
+
+
+def cache_argument(model) -> str:
+    """The name under which `model`'s forward (and so `generate`) takes a key/value cache.
+
+    Recent transformers call it `cache`; earlier 5.x releases and 4.x, `past_key_values`.
+    A cache passed under the other name lands in `**kwargs` unread: the forward then runs
+    as if no prompt came before (wrong log-probs, silently), and `generate` refuses it.
+    """
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
