@@ -145,8 +145,8 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
 @click.option(
     "--bf16/--no-bf16",
     default=None,
-    help="transformers engine: bf16 matrix products on fp32 weights [where the hardware "
-    "computes bf16 natively].",
+    help="transformers engine: bf16 matrix products on fp32 weights [on CPUs that compute "
+    "bf16 natively; fp32 on a GPU].",
 )
 @click.option("--seed", default=0, show_default=True)
 @timeout_option
