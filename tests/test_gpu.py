@@ -15,10 +15,9 @@ from acesql.models.base_model import load_model, load_tokenizer
 from acesql.models.hf_engine import HFEngine
 from acesql.models.logits import token_logprobs
 from acesql.models.prompts import PromptBuilder
-from acesql.rl.update import DualRoleUpdate
 from acesql.sft.data import build_gold
 from acesql.sft.trainer import train_sft
-from tests.test_grpo import SEQS, _cfg, _trainer
+from tests.test_grpo import SEQS, _cfg, _trainer, sgd_update
 
 pytestmark = [
     pytest.mark.gpu,
@@ -127,21 +126,10 @@ def test_sft_on_cuda_follows_the_cpu_and_trains_in_bf16(tiny_model_dir, examples
 
 
 def _update_on(device, tiny_model_dir, bf16: bool):
-    torch.manual_seed(0)
-    model = load_model(tiny_model_dir, dtype="float32", device=device)
-    ref = load_model(tiny_model_dir, dtype="float32", device=device)
-    before = [p.detach().clone() for p in model.parameters()]
-    update = DualRoleUpdate(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.1),
-        None,
-        ref,
-        beta=0.01,
-        bf16_autocast=bf16,
-        micro_batch_size=2,
-    )
+    update = sgd_update(tiny_model_dir, device, bf16_autocast=bf16)
+    before = [p.detach().clone() for p in update.model.parameters()]
     stats = update(SEQS, 0.5)
-    after = model.parameters()
+    after = update.model.parameters()
     delta = torch.cat([(p.detach() - b).flatten().cpu() for p, b in zip(after, before)])
     return stats, delta
 

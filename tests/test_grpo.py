@@ -513,28 +513,25 @@ def test_grpo_stage_without_questions_keeps_the_sft_model(
     assert (tmp_path / "models" / "grpo" / "model.safetensors").read_bytes() == sft
 
 
-def test_shared_prompt_update_equals_the_full_one(tiny_model_dir):
-    from transformers import AutoModelForCausalLM
-
+def sgd_update(model_dir, device="cpu", **kw):
+    """A fresh fp32 policy and reference under one DualRoleUpdate by SGD (lr 0.1, beta 0.01);
+    `kw` goes to DualRoleUpdate (bf16 autocast off unless given)."""
+    from acesql.models.base_model import load_model
     from acesql.rl.update import DualRoleUpdate
 
+    torch.manual_seed(0)
+    model = load_model(model_dir, dtype="float32", device=device)
+    ref = load_model(model_dir, dtype="float32", device=device)
+    options = dict(beta=0.01, bf16_autocast=False, micro_batch_size=2) | kw
+    return DualRoleUpdate(model, torch.optim.SGD(model.parameters(), lr=0.1), None, ref, **options)
+
+
+def test_shared_prompt_update_equals_the_full_one(tiny_model_dir):
     results = []
     for share in (True, False):
-        torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-        ref = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-        update = DualRoleUpdate(
-            model,
-            torch.optim.SGD(model.parameters(), lr=0.1),
-            None,
-            ref,
-            beta=0.01,
-            bf16_autocast=False,
-            share_prompts=share,
-            micro_batch_size=2,
-        )
+        update = sgd_update(tiny_model_dir, share_prompts=share)
         stats = update(SEQS, 0.5)
-        results.append((stats, [p.detach().clone() for p in model.parameters()]))
+        results.append((stats, [p.detach().clone() for p in update.model.parameters()]))
     (s1, p1), (s2, p2) = results
     for key in ("retriever/loss", "generator/loss", "retriever/grad_norm", "conflict_ratio"):
         assert s1[key] == pytest.approx(s2[key], rel=1e-4, abs=1e-6), key
