@@ -11,6 +11,7 @@ forward only, and DDP (which hides the model's own attributes) syncs gradients t
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -129,4 +130,11 @@ def cache_argument(model) -> str:
     A cache passed under the other name lands in `**kwargs` unread: the forward then runs
     as if no prompt came before (wrong log-probs, silently), and `generate` refuses it.
     """
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return _cache_argument_of(type(model))
+
+
+@functools.cache
+def _cache_argument_of(model_class) -> str:
+    # read once per class: a signature costs more than the lookup on every forward
+    takes_cache = "cache" in inspect.signature(model_class.forward).parameters
+    return "cache" if takes_cache else "past_key_values"
