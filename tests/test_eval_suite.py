@@ -17,7 +17,7 @@ from acesql.eval.runner import evaluate_to_folder
 from acesql.eval.sql_eval import load_predictions, write_bird_predictions
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.sandbox import ExecResult
-from tests.helpers import RoleEngine, sql_answer
+from tests.helpers import RoleEngine, columns_answer, sql_answer
 
 
 def ok(*rows):
@@ -217,6 +217,54 @@ def test_r3_chooses_among_the_same_candidates_that_maj_votes_on(setup):
     assert all(r["r3_sql"] == r["gold_sql"] and r["r3_judged_pairs"] == 1 for r in rows)
     assert engine.prompts == 4 * 4  # retriever, pipeline, ability, the samples: no resampling
     assert "r3rs_ex" not in summary
+
+
+@pytest.mark.parametrize("source", ["generator", "pipeline"])
+def test_resampling_the_pipeline_reaches_a_column_the_retriever_left_out(setup, source):
+    from acesql.data.schemas import SchemaCache
+    from tests.test_selection import Judge
+
+    examples, prompts = setup
+    examples = [ex for ex in examples if len(ex.gold_columns) > 1][:3]
+    schemas = SchemaCache(0)
+    full = {ex.index: prompts.schema_text(schemas(ex), ex.gold_columns) for ex in examples}
+
+    def retriever(ex, n, options):  # greedy leaves a gold column out, samples name them all
+        cut = options.get("temperature") == 0.0
+        return [columns_answer(ex.gold_columns[:1] if cut else ex.gold_columns)] * n
+
+    def generator(ex, n, options):  # right only when shown every gold column
+        sql = ex.sql if full[ex.index] in engine.prompt else "SELECT 12345"
+        return [sql_answer(sql)] * n
+
+    class Contexts(Judge):
+        def __init__(self, right):
+            super().__init__(right)
+            self.seen = []
+
+        def pointwise_many(self, context, candidates):
+            self.seen.append(context.schema)
+            return super().pointwise_many(context, candidates)
+
+    engine = RoleEngine(examples, generator, retriever)
+    judge = Contexts({ex.sql for ex in examples})
+    selection = {"method": "r3", "resample": True, "resample_candidates": 4}
+    with BatchExecutor(workers=0) as executor:
+        summary, rows = evaluate_examples(
+            examples,
+            engine,
+            prompts,
+            executor,
+            maj_k=2,
+            selection={**selection, "resample_from": source},
+            judge=judge,
+        )
+    assert summary["pipeline_ex"] == 0.0 and summary["oracle_ex"] == 0.0
+    assert all(r["r3rs_fired"] and r["r3rs_generated"] == 2 + 4 for r in rows)
+    reached = source == "pipeline"
+    assert all(r["r3rs_oracle"] is reached and r["r3rs_match"] is reached for r in rows)
+    # after a pipeline draw the judge reads the widened schema the new candidates were shown
+    assert any(full[ex.index] in judge.seen for ex in examples) is reached
 
 
 def test_non_gold_ratio_counts_correct_sql_with_other_columns(setup, synth_dir):

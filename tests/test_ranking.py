@@ -142,11 +142,19 @@ def test_ask_command_is_read_only_and_says_what_is_wrong(school_db, tiny_model_d
         "3",
         "--max-new-tokens",
         "8",
+        "--resample",
+        "--resample-from",
+        "pipeline",
+        "--resample-candidates",
+        "4",
+        "--audit-threshold",
+        "0.999",  # a random model's auditor is never that sure: resampling runs
         "--explain",
         "How many?",
     )
     assert result.returncode in (0, 1), result.stderr[-2000:]
     assert "candidate 0" in result.stdout  # --explain lists what was generated
+    assert "more candidates were drawn" in result.stdout and "candidate 6" in result.stdout
     assert hashlib.sha256(school_db.read_bytes()).hexdigest() == before
     missing = run("--db", str(tmp_path / "nope.sqlite"), "x")
     assert missing.returncode == 2 and "no such database file" in missing.stderr
@@ -159,14 +167,14 @@ def test_ask_command_is_read_only_and_says_what_is_wrong(school_db, tiny_model_d
 
 
 def test_resampling_fires_only_when_the_auditor_finds_nothing_right():
-    from acesql.ranking.select import select_with_resampling
+    from acesql.ranking.select import Drawn, select_with_resampling
 
     context = Context("?", "schema")
     drawn = []
 
     def resample(m):
         drawn.append(m)
-        return ["r1", "r2", "good", "r3"][:m], [ok((7,)), ok((8,)), ok((5,)), ok((9,))][:m]
+        return Drawn(["r1", "r2", "good", "r3"][:m], [ok((7,)), ok((8,)), ok((5,)), ok((9,))][:m])
 
     judge = RecordingJudge(right={"good"})
     sqls, results = ["a", "b"], [ok((1,)), ok((2,))]
@@ -178,6 +186,33 @@ def test_resampling_fires_only_when_the_auditor_finds_nothing_right():
     out = select_with_resampling(context, sqls, results, judge, resample, m=4)
     assert not out.fired and out.generated == 2 and drawn == [4]
     assert out.choice.sql == "b"
+
+
+def test_the_resampled_pool_is_the_new_candidates_or_all_and_judged_in_their_schema():
+    from acesql.ranking.select import Drawn, select_with_resampling
+
+    class Schemas(RecordingJudge):
+        def audit(self, context, groups):
+            return 0.0  # always fires
+
+        def pointwise_many(self, context, candidates):
+            self.schemas = getattr(self, "schemas", []) + [context.schema]
+            return super().pointwise_many(context, candidates)
+
+    wide = Context("?", "wider schema")
+    sqls, results = ["good", "b"], [ok((1,)), ok((2,))]  # the first pool holds the right one
+
+    def resample(m):
+        return Drawn(["n1", "n2", "n3"], [ok((3,)), ok((4,)), ok((3,))], wide)
+
+    new = select_with_resampling(Context("?", "s"), sqls, results, Schemas({"good"}), resample, 3)
+    assert new.kept == [2, 3] and new.choice.sql == "n1"  # R3-SQL discards the first pool
+    judge = Schemas({"good"})
+    both = select_with_resampling(Context("?", "s"), sqls, results, judge, resample, 3, pool="both")
+    assert 0 in both.kept and both.choice.sql == "good" and both.choice.index == 0
+    assert set(judge.schemas) == {"wider schema"}
+    with pytest.raises(ValueError, match="unknown resampling pool"):
+        select_with_resampling(Context("?", "s"), sqls, results, judge, resample, 3, pool="old")
 
 
 def test_the_auditor_reads_the_pool_with_its_sanity_notes(tiny_model_dir):

@@ -75,21 +75,33 @@ def test_resampling_is_scored_by_the_drawn_candidates_verdicts():
 
     def resample(m):
         drawn.append(m)
-        return ["z", "y"], [verdict(ok((2,)), True), verdict(ok((3,)), False)]
+        return ["z", "y"], [verdict(ok((2,)), True), verdict(ok((3,)), False)], None
 
     # the judge trusts none of the first pool: the auditor fires
     fields = ranked_fields(
-        CONTEXT, SQLS, VERDICTS, Judge({"z"}), "multiset", resample=resample, resample_candidates=6
+        CONTEXT,
+        SQLS,
+        VERDICTS,
+        Judge({"z"}),
+        "multiset",
+        resample=resample,
+        resample_candidates=6,
+        resample_pool="both",
     )
     # first pass: a tie between {a, c} and {b, d} (utility 0.4 each) goes to the group sampled first
     assert fields["r3_sql"] == "a" and fields["r3_match"] is False
     # the 5 kept: z (0.8) then a, b, c, d; {b, d, z} utility 0.5*0.8 + 0.5*3/5 = 0.7 beats 0.35
     assert fields["r3rs_sql"] == "z" and fields["r3rs_match"] is True
-    assert fields["r3rs_fired"] is True and fields["r3rs_generated"] == 5 + 6 and drawn == [6]
+    assert fields["r3rs_fired"] is True and fields["r3rs_generated"] == 5 + 2 and drawn == [6]
     assert fields["r3rs_oracle"] is True and fields["r3rs_audit"] == 0.1
+    # R3-SQL's pool: the first is discarded, only z and y are ranked
+    fields = ranked_fields(
+        CONTEXT, SQLS, VERDICTS, Judge({"z"}), "multiset", resample=resample, resample_candidates=6
+    )
+    assert fields["r3rs_sql"] == "z" and fields["r3rs_oracle"] is True and drawn == [6, 6]
     # a pool the auditor trusts is ranked as it is
     fields = ranked_fields(CONTEXT, SQLS, VERDICTS, Judge({"b"}), "multiset", resample=resample)
-    assert fields["r3rs_fired"] is False and fields["r3rs_generated"] == 5 and drawn == [6]
+    assert fields["r3rs_fired"] is False and fields["r3rs_generated"] == 5 and drawn == [6, 6]
     assert fields["r3rs_match"] is True
 
 
@@ -129,6 +141,13 @@ def test_the_fingerprint_settings_of_greedy_and_maj_are_those_of_earlier_folders
     assert r3["maj_k"] == 4 and r3["selection"]["tau"] == 0.1
     salvage = settings(EvaluateSection(unclosed_list="salvage"), **common)
     assert salvage == {**greedy, "unclosed_list": "salvage"}
+    # resampling folders written before its switches drew from the generator and kept both
+    earlier = {"method", "tau", "resample", "resample_candidates", "audit_threshold"}
+    both = SelectionSection(method="r3", resample=True, resample_pool="both")
+    assert set(settings(cfg, both, **common)["selection"]) == earlier
+    pipeline = SelectionSection(method="r3", resample=True, resample_from="pipeline")
+    named = settings(cfg, pipeline, **common)["selection"]
+    assert named["resample_from"] == "pipeline" and named["resample_pool"] == "new"
 
 
 def test_r3_needs_the_engine_that_gives_next_token_probabilities():

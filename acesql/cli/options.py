@@ -127,6 +127,28 @@ def selection_options(default_method: str):
             help="r3 resampling: new samples, more than --candidates.  [default: 16]",
         ),
         click.option(
+            "--resample-from",
+            type=click.Choice(["generator", "pipeline"]),
+            default=None,
+            help="r3 resampling: more generator samples on the same pruned schema, or samples "
+            "of the whole pipeline (each on its own sampled retriever list).  [default: "
+            "generator]",
+        ),
+        click.option(
+            "--resample-pool",
+            type=click.Choice(["new", "both"]),
+            default=None,
+            help="r3 resampling: keep the n best of the new candidates, or of old and new "
+            "together.  [default: new]",
+        ),
+        click.option(
+            "--audit-threshold",
+            type=click.FloatRange(0, 1, min_open=True, max_open=True),
+            default=None,
+            help="r3 resampling: the auditor's P(a likely-correct SQL is present) under which "
+            "it fires.  [default: 0.5]",
+        ),
+        click.option(
             "--prm-model",
             type=click.Path(file_okay=False),
             default=None,
@@ -160,6 +182,9 @@ SELECTION_FLAGS = (
     "temperature",
     "resample",
     "resample_candidates",
+    "resample_from",
+    "resample_pool",
+    "audit_threshold",
     "prm_model",
     "selection_params",
 )

@@ -75,6 +75,19 @@ class SelectionSection(Section):
     audit_threshold: float = Field(
         0.5, gt=0, lt=1, description="r3 resampling: the auditor's P(yes) under which it fires."
     )
+    resample_from: Literal["generator", "pipeline"] = Field(
+        "generator",
+        description="r3 resampling: new candidates are generator samples on the same pruned "
+        "schema (generator, R3-SQL's) or samples of the whole pipeline, each generator sample "
+        "on its own sampled retriever list (pipeline: reaches questions whose pruned schema "
+        "lacks a needed column).",
+    )
+    resample_pool: Literal["new", "both"] = Field(
+        "new",
+        description="r3 resampling: the n kept are the best by pointwise score of the m new "
+        "candidates (new, R3-SQL's: the first pool is discarded) or of the n first and m new "
+        "together (both).",
+    )
     prm_model: str = Field(
         "models/prm", description="prm: the trajectory score model (the prm stage's output)."
     )

@@ -25,6 +25,7 @@ from acesql.eval.selection import ranked_fields, vote_fields
 from acesql.models.prompts import PromptBuilder
 from acesql.prm.select import best_of_n
 from acesql.ranking.judge import Context, LetterJudge
+from acesql.ranking.resample import SOURCES, sample_pipeline_prompts
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns
@@ -54,7 +55,8 @@ def evaluate_examples(
     """Evaluate `examples` (usable ones) end to end; return (summary, rows).
 
     `selection` (with maj_k > 0): `{"method": "r3", "tau", "resample",
-    "resample_candidates", "audit_threshold"}` (the `selection` params section) adds the
+    "resample_candidates", "audit_threshold", "resample_from", "resample_pool"}` (the
+    `selection` params section) adds the
     ranker's choices, judged by `judge` (default: a `LetterJudge` on the engine's torch model,
     so the transformers engine); `{"method": "prm"}` adds PRM best-of-k, scored by
     `process_scorer` (`acesql.prm.select.ProcessScorer`)."""
@@ -157,19 +159,29 @@ def evaluate_examples(
                 for ex, row in zip(examples, rows)
             ]
             judge = judge or LetterJudge(engine.model, engine.tokenizer)
-            _rank(
-                examples,
-                rows,
-                pools,
-                contexts,
-                judge,
-                engine,
-                pipeline_prompts,
-                executor,
-                mode,
-                sampling,
-                selection,
-            )
+            resamplers = [None] * len(examples)
+            if selection.get("resample"):
+                draw = Redraw(engine, prompts, schemas, executor, mode, sampling, unclosed_list)
+                source = selection.get("resample_from", "generator")
+                resamplers = [
+                    draw.for_question(ex, prompt, row["retrieved_columns"], source)
+                    for ex, prompt, row in zip(examples, pipeline_prompts, rows)
+                ]
+            for row, (sqls, verdicts), context, resample in zip(rows, pools, contexts, resamplers):
+                row.update(
+                    ranked_fields(
+                        context,
+                        sqls,
+                        verdicts,
+                        judge,
+                        mode,
+                        tau=selection.get("tau", 0.05),
+                        resample=resample,
+                        resample_candidates=selection.get("resample_candidates", 16),
+                        audit_threshold=selection.get("audit_threshold", 0.5),
+                        resample_pool=selection.get("resample_pool", "new"),
+                    )
+                )
     for row in rows:
         row["category"] = failure_category(row)
     rows += unusable
@@ -207,42 +219,47 @@ def _candidates(examples, rows, engine, prompts, executor, mode, k, sampling) ->
     return pools, samples
 
 
-def _rank(
-    examples, rows, pools, contexts, judge, engine, prompts, executor, mode, sampling, selection
-):
-    """R3-SQL's choices among each row's candidates (`acesql.eval.selection`)."""
-    for i, (ex, row, (sqls, verdicts), context) in enumerate(zip(examples, rows, pools, contexts)):
-        resample = None
-        if selection.get("resample"):
-            resample = _resampler(ex, engine, prompts[i], executor, mode, sampling)
-        row.update(
-            ranked_fields(
-                context,
-                sqls,
-                verdicts,
-                judge,
-                mode,
-                tau=selection.get("tau", 0.05),
-                resample=resample,
-                resample_candidates=selection.get("resample_candidates", 16),
-                audit_threshold=selection.get("audit_threshold", 0.5),
+class Redraw:
+    """Fresh candidates for agentic resampling (`acesql.ranking.resample`), run and matched."""
+
+    def __init__(self, engine, prompts, schemas, executor, mode, sampling, unclosed_list):
+        self.engine, self.prompts, self.schemas = engine, prompts, schemas
+        self.executor, self.mode = executor, mode
+        self.params = {**sampling, "seed": sampling.get("seed", 0) + 7919}  # another seed
+        self.salvage = unclosed_list == "salvage"
+
+    def for_question(self, ex: Example, prompt: str, columns: list[str], source: str):
+        """m -> (m new SQL, their verdicts, the context to judge them in or None)."""
+        if source not in SOURCES:
+            raise ConfigError(f"unknown resample_from {source!r}: {' | '.join(SOURCES)}")
+
+        def resample(m: int):
+            context = None
+            if source == "generator":
+                (outputs,) = self.engine.generate([prompt], n=m, **self.params)
+            else:
+                schema = self.schemas(ex)
+                new_prompts, union = sample_pipeline_prompts(
+                    self.engine,
+                    self.prompts,
+                    schema,
+                    ex.question,
+                    ex.evidence or "",
+                    columns,
+                    m,
+                    salvage_unclosed=self.salvage,
+                    **self.params,
+                )
+                outputs = [g[0] for g in self.engine.generate(new_prompts, n=1, **self.params)]
+                text = self.prompts.schema_text(schema, union)
+                context = Context(ex.question, text, ex.evidence or "")
+            sqls = [parse_sql(c.text) or "" for c in outputs]
+            verdicts = self.executor.match_many(
+                [(ex.db_path, s, ex.sql) for s in sqls], self.mode, keep_rows=True
             )
-        )
+            return sqls, verdicts, context
 
-
-def _resampler(ex, engine, prompt, executor, mode, sampling):
-    """m -> m fresh candidates for one question (another seed), run and matched."""
-
-    def resample(m: int):
-        params = {**sampling, "seed": sampling.get("seed", 0) + 7919}
-        (outputs,) = engine.generate([prompt], n=m, **params)
-        sqls = [parse_sql(c.text) or "" for c in outputs]
-        verdicts = executor.match_many(
-            [(ex.db_path, s, ex.sql) for s in sqls], mode, keep_rows=True
-        )
-        return sqls, verdicts
-
-    return resample
+        return resample
 
 
 def _reason(sql, verdict) -> str:

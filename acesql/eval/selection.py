@@ -24,10 +24,11 @@ from collections.abc import Callable
 
 from acesql.eval.majority import majority_vote
 from acesql.ranking.judge import Context
-from acesql.ranking.select import select_groupwise, select_with_resampling
+from acesql.ranking.select import Drawn, select_groupwise, select_with_resampling
 
-# m -> (m new SQL, their verdicts): fresh candidates for one question, already matched
-Resample = Callable[[int], tuple[list[str], list]]
+# m -> (m new SQL, their verdicts, the context to judge them in or None for the first pool's):
+# fresh candidates for one question, already matched
+Resample = Callable[[int], tuple[list[str], list, Context | None]]
 
 
 def vote_fields(sqls: list[str], verdicts: list, mode: str) -> dict:
@@ -55,6 +56,7 @@ def ranked_fields(
     resample: Resample | None = None,
     resample_candidates: int = 16,
     audit_threshold: float = 0.5,
+    resample_pool: str = "new",
 ) -> dict:
     """Pointwise best-of-n, groupwise ranking and, with `resample`, ranking after agentic
     resampling, each scored by its candidate's verdict (see the module doc). `judge` is a
@@ -81,10 +83,10 @@ def ranked_fields(
         return fields
     drawn_verdicts: list = []
 
-    def draw(m: int):
-        new_sqls, new_verdicts = resample(m)
+    def draw(m: int) -> Drawn:
+        new_sqls, new_verdicts, new_context = resample(m)
         drawn_verdicts.extend(new_verdicts)
-        return new_sqls, [v.pred for v in new_verdicts]
+        return Drawn(new_sqls, [v.pred for v in new_verdicts], new_context)
 
     out = select_with_resampling(
         context,
@@ -96,6 +98,7 @@ def ranked_fields(
         audit_threshold,
         mode,
         tau,
+        resample_pool,
     )
     every = [*verdicts, *drawn_verdicts]
     fields.update(

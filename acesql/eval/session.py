@@ -43,6 +43,11 @@ def settings(
         named["selection"] = selection.model_dump(
             include={"method", "tau", "resample", "resample_candidates", "audit_threshold"}
         )
+        # folders written before these switches existed drew from the generator and kept both
+        if selection.resample and selection.resample_from != "generator":
+            named["selection"]["resample_from"] = selection.resample_from
+        if selection.resample and selection.resample_pool != "both":
+            named["selection"]["resample_pool"] = selection.resample_pool
     elif selection.method == "prm":
         named["selection"] = {"method": "prm", "prm_model": str(Path(selection.prm_model))}
     return {

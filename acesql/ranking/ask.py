@@ -9,7 +9,8 @@ generator the whole schema: a user's question deserves an attempt), the generato
 answer (candidate 0) and n - 1 samples on the pruned schema, every candidate run in the
 read-only sandbox, then the `selection` params section's method: `greedy` (candidate 0),
 `maj` (the largest group of equal results), `r3` (groupwise ranking,
-`acesql.ranking.select`; with `resample`, agentic resampling first) or `prm` (the
+`acesql.ranking.select`; with `resample`, agentic resampling first, drawing from
+`resample_from`, `acesql.ranking.resample`) or `prm` (the
 Chain-of-CTE candidate with the highest process reward, `acesql.prm.select`). The user's
 file is only ever opened read-only.
 """
@@ -25,7 +26,8 @@ from acesql.errors import ConfigError, DataError
 from acesql.eval.majority import group_results, majority_vote
 from acesql.prm.select import best_of_n
 from acesql.ranking.judge import Context, LetterJudge
-from acesql.ranking.select import select_groupwise, select_with_resampling
+from acesql.ranking.resample import sample_pipeline_prompts
+from acesql.ranking.select import Drawn, select_groupwise, select_with_resampling
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.parsing import parse_columns, parse_sql
 from acesql.sql.sandbox import ExecResult, execute
@@ -91,14 +93,16 @@ def ask(
 
     outputs = []  # every candidate's completion, in candidate order
 
-    def sample(n: int, seed: int) -> tuple[list[str], list[ExecResult]]:
-        (drawn,) = engine.generate(
-            [prompt],
+    def sample(prompt_list: list[str], n: int, seed: int) -> tuple[list[str], list[ExecResult]]:
+        """n candidates for each prompt, in order, run in the sandbox."""
+        groups = engine.generate(
+            prompt_list,
             n=n,
             temperature=selection.temperature,
             max_new_tokens=max_new_tokens,
             seed=seed,
         )
+        drawn = [c for g in groups for c in g]
         outputs.extend(drawn)
         sqls = [parse_sql(c.text) or "" for c in drawn]
         return sqls, [_run(db_path, sql, timeout_s) for sql in sqls]
@@ -108,7 +112,7 @@ def ask(
     sqls = [parse_sql(greedy[0].text) or ""]
     results = [_run(db_path, sqls[0], timeout_s)]
     if selection.method != "greedy":
-        more_sqls, more_results = sample(selection.candidates - 1, seed)
+        more_sqls, more_results = sample([prompt], selection.candidates - 1, seed)
         sqls, results = sqls + more_sqls, results + more_results
     answer = Answer(None, None, sorted(columns), sqls, results)
     if selection.method == "greedy":
@@ -132,9 +136,27 @@ def ask(
         if selection.resample:
             drawn: list = []
 
-            def resample(m: int):
-                new = sample(m, seed + 1)
-                drawn.append(new)
+            def resample(m: int) -> Drawn:
+                if selection.resample_from == "generator":
+                    new = Drawn(*sample([prompt], m, seed + 1))
+                else:
+                    new_prompts, union = sample_pipeline_prompts(
+                        engine,
+                        prompts,
+                        schema,
+                        question,
+                        "",
+                        sorted(columns),
+                        m,
+                        temperature=selection.temperature,
+                        max_new_tokens=max_new_tokens,
+                        seed=seed + 1,
+                    )
+                    new = Drawn(
+                        *sample(new_prompts, 1, seed + 1),
+                        Context(question, prompts.schema_text(schema, union)),
+                    )
+                drawn.append((new.sqls, new.results))
                 return new
 
             out = select_with_resampling(
@@ -147,6 +169,7 @@ def ask(
                 selection.audit_threshold,
                 mode,
                 selection.tau,
+                selection.resample_pool,
             )
             choice, answer.resampled, kept = out.choice, out.fired, out.kept
             for new_sqls, new_results in drawn:

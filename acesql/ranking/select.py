@@ -56,6 +56,15 @@ def select_groupwise(
 
 
 @dataclass
+class Drawn:
+    """New candidates from a resampler."""
+
+    sqls: list[str]
+    results: list[ExecResult]
+    context: Context | None = None  # set when drawn on a wider schema: what to judge them in
+
+
+@dataclass
 class Resampled:
     choice: Choice
     fired: bool  # the auditor found no likely-correct SQL and new candidates were drawn
@@ -74,19 +83,24 @@ def select_with_resampling(
     threshold: float = 0.5,
     mode: str = "multiset",
     tau: float = 0.05,
+    pool: str = "new",
 ) -> Resampled:
     """Groupwise selection with agentic resampling.
 
     The auditor reads the pool (`judge.audit`); when P(a likely-correct SQL is present) is
-    under `threshold`, `resample(m)` draws m new candidates (sqls, results), the n old and m
-    new are scored pointwise, the n best are kept and ranked again. `m` should exceed n.
-    `choice.index` counts the old candidates then the new; the ranked groups' members
-    count the kept ones.
+    under `threshold`, `resample(m)` draws m new candidates (a `Drawn`), and the n best by
+    pointwise score are kept and ranked again: the n best of the m new with `pool="new"`
+    (R3-SQL's: the first pool is discarded), of the n old and m new together with
+    `pool="both"`. `m` should exceed n. When the new candidates were written on a wider
+    schema (`Drawn.context`), they are judged in it. `choice.index` counts the old
+    candidates then the new; the ranked groups' members count the kept ones.
     """
+    if pool not in ("new", "both"):
+        raise ValueError(f"unknown resampling pool {pool!r}: new | both")
     n = len(sqls)
     groups = group_results(sqls, results, mode)
-    pool = [[Candidate(sqls[i], results[i]) for i in g] for g in groups]
-    audit = judge.audit(context, pool) if pool else 0.0
+    first = [[Candidate(sqls[i], results[i]) for i in g] for g in groups]
+    audit = judge.audit(context, first) if first else 0.0
     if audit >= threshold:
         return Resampled(
             select_groupwise(context, sqls, results, judge, mode, tau),
@@ -95,9 +109,15 @@ def select_with_resampling(
             n,
             list(range(n)),
         )
-    new_sqls, new_results = resample(m)
-    all_sqls, all_results = [*sqls, *new_sqls], [*results, *new_results]
-    runnable = [i for i, r in enumerate(all_results) if all_sqls[i] and r.ok and not r.truncated]
+    drawn = resample(m)
+    context = drawn.context or context
+    all_sqls, all_results = [*sqls, *drawn.sqls], [*results, *drawn.results]
+    start = n if pool == "new" else 0
+    runnable = [
+        i
+        for i in range(start, len(all_sqls))
+        if all_sqls[i] and all_results[i].ok and not all_results[i].truncated
+    ]
     scores = judge.pointwise_many(
         context, [Candidate(all_sqls[i], all_results[i]) for i in runnable]
     )
@@ -107,4 +127,4 @@ def select_with_resampling(
     choice = select_groupwise(context, kept_sqls, kept_results, judge, mode, tau)
     if choice.index is not None:
         choice.index = keep[choice.index]
-    return Resampled(choice, True, audit, n + m, keep)
+    return Resampled(choice, True, audit, n + len(drawn.sqls), keep)
