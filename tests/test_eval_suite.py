@@ -263,6 +263,7 @@ def test_resampling_the_pipeline_reaches_a_column_the_retriever_left_out(setup, 
     assert all(r["r3rs_fired"] and r["r3rs_generated"] == 2 + 4 for r in rows)
     reached = source == "pipeline"
     assert all(r["r3rs_oracle"] is reached and r["r3rs_match"] is reached for r in rows)
+    assert summary["r3rs_drawn_oracle"] == (1.0 if reached else 0.0)
     # after a pipeline draw the judge reads the widened schema the new candidates were shown
     assert any(full[ex.index] in judge.seen for ex in examples) is reached
 

@@ -94,6 +94,7 @@ def test_resampling_is_scored_by_the_drawn_candidates_verdicts():
     assert fields["r3rs_sql"] == "z" and fields["r3rs_match"] is True
     assert fields["r3rs_fired"] is True and fields["r3rs_generated"] == 5 + 2 and drawn == [6]
     assert fields["r3rs_oracle"] is True and fields["r3rs_audit"] == 0.1
+    assert fields["r3rs_drawn_oracle"] is True
     # R3-SQL's pool: the first is discarded, only z and y are ranked
     fields = ranked_fields(
         CONTEXT, SQLS, VERDICTS, Judge({"z"}), "multiset", resample=resample, resample_candidates=6
@@ -102,6 +103,7 @@ def test_resampling_is_scored_by_the_drawn_candidates_verdicts():
     # a pool the auditor trusts is ranked as it is
     fields = ranked_fields(CONTEXT, SQLS, VERDICTS, Judge({"b"}), "multiset", resample=resample)
     assert fields["r3rs_fired"] is False and fields["r3rs_generated"] == 5 and drawn == [6, 6]
+    assert fields["r3rs_drawn_oracle"] is None
     assert fields["r3rs_match"] is True
 
 

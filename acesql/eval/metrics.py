@@ -7,7 +7,8 @@ Each score comes with the count it is a share of. Overall and per complexity lev
   `maj_given_recall` (maj@k's accuracy on the questions with a correct candidate); with the
   r3 selection also `point_ex` (pointwise best-of-k), `r3_ex` (groupwise ranking),
   `r3_given_recall`, `r3_point_spread` and, with resampling, `r3rs_ex`, `r3rs_fired`,
-  `r3rs_generated` (candidates per question) and `r3rs_oracle_ex` (recall of the pool ranked);
+  `r3rs_generated` (candidates per question), `r3rs_oracle_ex` (recall of the pool ranked)
+  and `r3rs_drawn_oracle` (recall of the new candidates, on the questions where it fired);
   with the prm selection `prm_ex` (PRM best-of-k) and `prm_given_recall`;
   `generator_ex`: the generator on the gold columns' schema;
 - retriever: recall, precision, exact set match of the chosen columns against the gold SQL's,
@@ -209,6 +210,9 @@ def _selection_scores(voted: list[dict]) -> dict:
         out["r3rs_fired"] = _mean(resampled, "r3rs_fired")
         out["r3rs_generated"] = _mean(resampled, "r3rs_generated", 2)
         out["r3rs_oracle_ex"] = _mean(resampled, "r3rs_oracle")
+        drawn = [r for r in resampled if r.get("r3rs_drawn_oracle") is not None]
+        if drawn:
+            out["r3rs_drawn_oracle"] = _mean(drawn, "r3rs_drawn_oracle")
     return out
 
 

@@ -15,7 +15,8 @@ candidates:
   mean spread (max - min) of pointwise scores inside groups of equal results: the
   inconsistency that judging groups instead of single candidates removes;
 - `r3rs_*` (when `resample` is given): ranking after agentic resampling, with whether the
-  auditor fired, how many candidates were generated, and the recall of the pool ranked.
+  auditor fired, how many candidates were generated, the recall of the pool ranked and,
+  when it fired, of the new candidates alone (before the pointwise cut to n).
 """
 
 from __future__ import annotations
@@ -108,5 +109,6 @@ def ranked_fields(
         r3rs_audit=round(out.audit, 4),
         r3rs_generated=out.generated,
         r3rs_oracle=any(every[i].match.match for i in out.kept),
+        r3rs_drawn_oracle=any(v.match.match for v in drawn_verdicts) if out.fired else None,
     )
     return fields
