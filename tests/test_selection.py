@@ -159,3 +159,44 @@ def test_r3_needs_the_engine_that_gives_next_token_probabilities():
     cfg = EvaluateSection(model="nowhere", generation=GenerationSection(engine="vllm"))
     with pytest.raises(ConfigError, match="engine to transformers"):
         Evaluator(cfg, SelectionSection(method="r3"))
+
+
+def test_the_audit_sweep_reads_a_finished_folder_and_stops_where_the_rows_cannot_tell(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+
+    def row(audit, fired, before, after):
+        return {
+            "r3rs_audit": audit,
+            "r3rs_fired": fired,
+            "r3_match": before,
+            "r3rs_match": after,
+            "oracle_match": before,
+            "r3rs_oracle": after,
+            "maj_k": 8,
+            "r3rs_generated": 24 if fired else 8,
+        }
+
+    # run at threshold 0.3: two pools fired (one gained), one did not (P 0.33)
+    rows = [row(0.12, True, False, True), row(0.27, True, True, True), row(0.33, False, True, True)]
+    folder = tmp_path / "r3-dev"
+    folder.mkdir()
+    (folder / "metrics.json").write_text(json.dumps({"split": "dev"}))
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = CliRunner().invoke(cli, ["eval", "--audit-sweep", str(folder)])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0] == "dev: 3 questions"
+    thresholds = [line.split()[0] for line in lines[2:]]
+    assert thresholds == ["0.05", "0.10", "0.15", "0.20", "0.25", "0.30"]  # 0.35 > P 0.33
+    assert lines[2].split()[1:4] == ["0.0%", "8.0", "66.7%"]
+    assert lines[4].split()[1:4] == ["33.3%", "13.3", "100.0%"]  # 0.15 fires on the first
+    empty = tmp_path / "greedy"
+    empty.mkdir()
+    (empty / "metrics.json").write_text(json.dumps({"split": "dev"}))
+    (empty / "rows.jsonl").write_text(json.dumps({"pipeline_match": True}) + "\n")
+    refused = CliRunner().invoke(cli, ["eval", "--audit-sweep", str(empty)])
+    assert refused.exit_code == 2 and "no rows ranked with resampling" in refused.output

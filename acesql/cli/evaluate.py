@@ -172,10 +172,17 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     "bootstrap interval and the exact McNemar p-value.",
 )
 @click.option(
+    "--audit-sweep",
+    metavar="RUN",
+    help="Instead of evaluating: from an evaluation with --selection r3 --resample (a result "
+    "folder, finished or not, or an MLflow run id), what each lower --audit-threshold would "
+    "have given and cost, without running the model again.",
+)
+@click.option(
     "--tracking-uri",
     default="sqlite:///mlflow.db",
     show_default=True,
-    help="MLflow store that --compare looks run ids up in.",
+    help="MLflow store that --compare and --audit-sweep look run ids up in.",
 )
 def evaluate_model(
     model,
@@ -201,6 +208,7 @@ def evaluate_model(
     out,
     chunk_size,
     compare,
+    audit_sweep,
     tracking_uri,
 ):
     """Evaluate MODEL in both roles on a dataset split and print the metrics.
@@ -210,7 +218,8 @@ def evaluate_model(
     best-of-n and groupwise ranking on the same n candidates. With --out, also per-question
     rows, BIRD-format predictions and an HTML report. With --compare A B, print a
     side-by-side table of two evaluations and, per split, their paired difference on the
-    questions both scored.
+    questions both scored. With --audit-sweep RUN, print what each auditor threshold would
+    have given RUN (acesql.eval.audit_sweep).
 
     The flags build the `evaluate` params section and run the evaluate stage's code
     (acesql.eval.session), so a folder this command leaves unfinished resumes by either.
@@ -232,6 +241,23 @@ def evaluate_model(
         click.echo(compare_table(left, right, *compare))
         paired = paired_table(*(load_rows(c, tracking_uri) for c in compare))
         click.echo(paired or "\n(no per-question rows on both sides: no paired intervals)")
+        return
+    if audit_sweep:
+        from acesql.eval.audit_sweep import audit_sweep as sweep
+        from acesql.eval.audit_sweep import sweep_table
+        from acesql.eval.compare import load_rows
+
+        splits = load_rows(audit_sweep, tracking_uri)
+        tables = {split: sweep(rows) for split, rows in splits.items()}
+        if not any(tables.values()):
+            raise click.UsageError(
+                f"{audit_sweep} holds no rows ranked with resampling "
+                "(evaluate with --selection r3 --resample and --out)"
+            )
+        for split, points in tables.items():
+            if points:
+                click.echo(f"{split}: {len(splits[split])} questions")
+                click.echo(sweep_table(points))
         return
     missing = [
         o for o, v in (("--model", model), ("--dataset", dataset), ("--format", fmt)) if not v
