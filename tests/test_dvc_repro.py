@@ -252,6 +252,7 @@ def test_a_terminated_pipeline_stops_its_stage_and_ends_its_runs_killed(clone):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # five stages in subprocesses: minutes, more on a shared machine
 def test_the_whole_pipeline_with_a_tiny_model(clone, tiny_model_dir):
     """base_model -> data -> sft_data -> sft -> evaluate, end to end, in minutes."""
     params = yaml.safe_load((clone / "params.yaml").read_text())
