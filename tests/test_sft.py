@@ -123,6 +123,43 @@ def test_generator_distillation_keeps_the_models_right_sql(examples, prompts):
     assert b["dropped"]["retriever"]["balance"] == 2
 
 
+def test_generator_distillation_in_chain_form_rewrites_the_models_right_sql(
+    examples, prompts, monkeypatch
+):
+    """With the generator writing Chain-of-CTE, the base model is asked for plain SQL (it
+    knows no chains yet); each SQL that executes right becomes a chain kept when the chain
+    executes to the gold result, under the chain prompt. Wrong SQL and a chain that does not
+    execute as the gold are dropped and counted."""
+    from acesql.sql import to_cocte
+    from acesql.sql.cocte import parse_cocte
+
+    cocte = prompts.with_sql_format("cocte")
+    asked = []
+
+    def generator(ex, n, options):
+        asked.append(engine.prompt)
+        return [sql_answer("SELECT 1 WHERE 0" if ex.index == examples[1].index else ex.sql)] * n
+
+    rewrite = to_cocte.to_cocte
+
+    def broken_for_first(sql, schema=None):
+        chain = rewrite(sql, schema)
+        return chain + " LIMIT 0" if sql == examples[0].sql else chain  # no rows, or no parse
+
+    monkeypatch.setattr(to_cocte, "to_cocte", broken_for_first)
+    engine = RoleEngine(examples, generator)
+    records, stats = _distil_generator(examples, cocte, engine, samples=1)
+    assert asked and not any("chain of steps" in p for p in asked)
+    dropped = stats.to_dict()["dropped"]["generator"]
+    assert dropped.pop("cocte_not_equivalent") == 1 and sum(dropped.values()) == 1
+    generated = [r for r in records if r["role"] == "generator"]
+    assert sorted(r["index"] for r in generated) == sorted(e.index for e in examples[2:])
+    for rec in generated:
+        assert "chain of steps" in rec["prompt"] and parse_cocte(rec["response"]).ok
+        ex = next(e for e in examples if e.index == rec["index"])
+        assert parse_sql(rec["response"]) == rewrite(ex.sql, SchemaCache(0)(ex))
+
+
 def test_generator_distillation_takes_the_retrievers_own_covering_lists(examples, prompts):
     """A retriever list that names every gold column, and more, is the target, in canonical
     form; a list one gold column short, or one that does not parse, leaves the gold set."""

@@ -47,6 +47,10 @@ class PromptBuilder:
         style = templates()["answer_style"]
         self.answer_style = style["reasoning" if reasoning else "direct"]
 
+    def with_sql_format(self, sql_format: str) -> PromptBuilder:
+        """The same settings with the generator writing `sql_format`."""
+        return PromptBuilder(self.tokenizer, self.reasoning, self.sample_values, sql_format)
+
     def retriever(self, schema: Schema, question: str, evidence: str = "") -> str:
         return self._chat("retriever", self.schema_text(schema, None), question, evidence)
 
