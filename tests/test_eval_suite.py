@@ -650,6 +650,26 @@ def test_compare_cli_prints_the_paired_section(tmp_path):
     assert "no per-question rows on both sides" in result.output
 
 
+def test_rows_kept_without_their_metrics_still_compare(tmp_path):
+    """A folder holding only rows.jsonl (rows kept in a repository) is one split, `rows`."""
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+
+    for side, ok in (("a", False), ("b", True)):
+        rows = [
+            dict(UNFINISHED_ROW, index=i, pipeline_match=ok, generator_match=ok) for i in range(6)
+        ]
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = CliRunner().invoke(
+        cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "rows: paired, on the 6 questions both scored" in result.output
+    assert re.search(r"pipeline EX\s+0\.0%\s+100\.0%\s+\+100\.0.*0\s+6\s+0\.031", result.output)
+
+
 def test_paired_rows_come_from_mlflow_runs_too(tmp_path):
     from mlflow import MlflowClient
 

@@ -59,9 +59,9 @@ def _from_folder(path: Path) -> dict[str, dict[str, float]]:
     if not files[0].is_file():
         files = sorted(path.glob("*/metrics.json"))
     if not files:
-        unfinished = _unfinished(path)
-        if unfinished:
-            split, rows = unfinished
+        found = _rows_without_metrics(path)
+        if found:
+            split, rows = found
             return {split: flat_summary(summarize(rows))}
         raise DataError(f"{path} holds no metrics.json (nor sub-folders with one)")
     splits = {}
@@ -189,15 +189,16 @@ def _number(value) -> bool:
 
 
 def load_rows(ref: str, tracking_uri: str | None = None) -> dict[str, list[dict]]:
-    """`{split: rows}` of an evaluation, where its per-question rows are kept; else {}."""
+    """`{split: rows}` of an evaluation, where its per-question rows are kept; else {}. A
+    folder holding a rows.jsonl and no metrics.json is one split named `rows`."""
     path = Path(ref)
     if path.exists():
         files = [path] if path.is_file() else [path / "metrics.json"]
         if not files[0].is_file():
             files = sorted(path.glob("*/metrics.json"))
         if not files:
-            unfinished = _unfinished(path)
-            return dict([unfinished]) if unfinished else {}
+            found = _rows_without_metrics(path)
+            return dict([found]) if found else {}
         out = {}
         for file in files:
             rows_file = file.parent / "rows.jsonl"
@@ -298,6 +299,14 @@ def unfinished_note(ref: str) -> str | None:
     header, rows = read_unfinished(path)
     of = f" of {header['questions']}" if header.get("questions") else ""
     return f"{ref}: unfinished, {len(rows)}{of} questions scored so far"
+
+
+def _rows_without_metrics(path: Path) -> tuple[str, list[dict]] | None:
+    """(split, rows) of a folder without metrics.json: rows kept on their own (split
+    `rows`), or an unfinished evaluation's."""
+    if (path / "rows.jsonl").is_file():
+        return "rows", _read_rows(path / "rows.jsonl")
+    return _unfinished(path)
 
 
 def _unfinished(path: Path) -> tuple[str, list[dict]] | None:
