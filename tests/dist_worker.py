@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from acesql.data.loaders import load_dataset  # noqa: E402
 from acesql.distributed import close, full_state_dict, init_from_env  # noqa: E402
 from acesql.rl.trainer import GrpoTrainer  # noqa: E402
-from tests.test_grpo import _cfg, _pool, scripted_engine  # noqa: E402
+from tests.grpo_helpers import grpo_config, scripted_engine, seeded_pool  # noqa: E402
 
 
 def main() -> None:
@@ -48,7 +48,7 @@ def main() -> None:
     examples = load_dataset(Path(args.synth), "synth", "train").examples[:4]
     if args.what == "sft":
         return sft(args, dist)
-    cfg = _cfg(
+    cfg = grpo_config(
         questions_per_step=4,
         epochs=args.steps,
         pcgrad_granularity=args.granularity,
@@ -60,7 +60,7 @@ def main() -> None:
     trainer = GrpoTrainer(
         args.model,
         examples,
-        _pool(examples),
+        seeded_pool(examples),
         Path(args.out).parent / f"run-{args.sharding}-{dist.world_size}",
         cfg,
         progress=False,

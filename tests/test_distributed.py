@@ -227,7 +227,7 @@ def test_the_grpo_stage_relaunches_itself_on_two_processes(tiny_model_dir, synth
     from mlflow import MlflowClient
 
     from acesql.data.loaders import load_dataset
-    from tests.test_grpo import _rl_project
+    from tests.grpo_helpers import rl_project
 
     examples = load_dataset(synth_dir, "synth", "train").examples[:4]
     grpo = dict(
@@ -239,7 +239,7 @@ def test_the_grpo_stage_relaunches_itself_on_two_processes(tiny_model_dir, synth
         eval_questions=2,
         generation={"max_new_tokens": 8, "batch_size": 8},
     )
-    params = _rl_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo)
+    params = rl_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo)
     settings = yaml.safe_load(params.read_text())
     settings["distributed"] = {"processes": 2, "timeout_s": 120}
     params.write_text(yaml.safe_dump(settings))

@@ -17,7 +17,7 @@ from acesql.models.logits import token_logprobs
 from acesql.models.prompts import PromptBuilder
 from acesql.sft.data import build_gold
 from acesql.sft.trainer import train_sft
-from tests.test_grpo import SEQS, _cfg, _trainer, sgd_update
+from tests.grpo_helpers import SEQS, grpo_config, grpo_trainer, sgd_update
 
 pytestmark = [
     pytest.mark.gpu,
@@ -147,8 +147,8 @@ def test_grpo_update_on_cuda_matches_the_cpu(tiny_model_dir):
 
 
 def test_grpo_trainer_runs_on_cuda_in_bf16(tiny_model_dir, examples, tmp_path):
-    cfg = _cfg(max_steps=2, checkpoint_every=1, bf16_autocast=True)
-    trainer = _trainer(tiny_model_dir, examples, tmp_path, cfg, device="cuda")
+    cfg = grpo_config(max_steps=2, checkpoint_every=1, bf16_autocast=True)
+    trainer = grpo_trainer(tiny_model_dir, examples, tmp_path, cfg, device="cuda")
     assert trainer.device.type == "cuda" and next(trainer.model.parameters()).is_cuda
     assert trainer.update.autocast.fast_dtype == torch.bfloat16 and trainer.update.autocast._enabled
     summary = trainer.train()
@@ -170,7 +170,7 @@ def test_grpo_trainer_samples_with_the_transformers_engine_on_cuda(
     pool = EmpiricalPool()
     for ex in examples:
         pool.seed(question_key(ex), [ex.gold_columns])
-    cfg = _cfg(max_steps=1, bf16_autocast=True)
+    cfg = grpo_config(max_steps=1, bf16_autocast=True)
     trainer = GrpoTrainer(
         tiny_model_dir, examples, pool, tmp_path / "grpo", cfg, device="cuda", progress=False
     )

@@ -16,82 +16,26 @@ import pytest
 import torch
 import yaml
 
-from acesql.config import GrpoSection
 from acesql.data.loaders import load_dataset
 from acesql.rl.pool import EmpiricalPool
 from acesql.rl.rollout import question_key
 from acesql.rl.trainer import GrpoTrainer, question_order
 from acesql.rl.update import ScoredSequence
-from tests.helpers import RoleEngine, columns_answer, sql_answer
+from tests.grpo_helpers import (
+    SEQS,
+    grpo_config,
+    grpo_trainer,
+    rl_project,
+    scripted_engine,
+    sgd_update,
+    stage_project,
+)
+from tests.helpers import RoleEngine, sql_answer
 
 
 @pytest.fixture(scope="module")
 def examples(synth_dir):
     return load_dataset(synth_dir, "synth", "train").examples[:4]
-
-
-def scripted_engine(examples, tokenizer, right_every=2) -> RoleEngine:
-    """Every `right_every`-th sample answers right (gold columns / gold SQL); None: none do."""
-
-    def right(i):
-        return right_every is not None and i % right_every == 0
-
-    def retriever(ex, n, options):
-        bad = columns_answer(ex.gold_columns[:1]) if len(ex.gold_columns) > 1 else "?"
-        return [columns_answer(ex.gold_columns) if right(i) else bad for i in range(n)]
-
-    def generator(ex, n, options):
-        return [sql_answer(ex.sql if right(i) else "SELECT 1 WHERE 0") for i in range(n)]
-
-    return RoleEngine(examples, generator, retriever, tokenizer=tokenizer)
-
-
-SEQS = {  # hand-made sequences for the update: prompt ids, completion ids, advantage
-    "retriever": [
-        ScoredSequence(list(range(5, 30)), [40 + i, 41, 42][: 1 + i], a)
-        for i, a in enumerate((1.0, -0.5, -0.5))
-    ],
-    "generator": [
-        ScoredSequence(list(range(7, 19)), [50, 51 + i], a) for i, a in enumerate((0.7, -0.7))
-    ],
-}
-
-
-def _cfg(**over):
-    base = dict(
-        learning_rate=1e-3,
-        warmup_ratio=0.0,
-        epochs=1,
-        questions_per_step=2,
-        samples=4,
-        micro_batch_size=4,
-        eval_every=100,
-        checkpoint_every=100,
-        pool_snapshot_every=100,
-        generation={"max_new_tokens": 16, "batch_size": 8},
-    )
-    base.update(over)
-    return GrpoSection(**base)
-
-
-def _pool(examples):
-    pool = EmpiricalPool()
-    for ex in examples:
-        pool.seed(question_key(ex), [ex.gold_columns])
-    return pool
-
-
-def _trainer(tiny_model_dir, examples, tmp_path, cfg, engine_right_every=2, **kw):
-    return GrpoTrainer(
-        tiny_model_dir,
-        examples,
-        _pool(examples),
-        tmp_path / "grpo",
-        cfg,
-        progress=False,
-        engine_factory=lambda model, tok: scripted_engine(examples, tok, engine_right_every),
-        **kw,
-    )
 
 
 def test_question_order_is_deterministic_and_covers_epochs():
@@ -128,7 +72,7 @@ def _dot(a, b) -> float:
 
 def test_one_step_rewards_pool_and_update(tiny_model_dir, examples, tmp_path, monkeypatch):
     seen = _spy_pcgrad(monkeypatch)
-    trainer = _trainer(tiny_model_dir, examples, tmp_path, _cfg(schedule=False))
+    trainer = grpo_trainer(tiny_model_dir, examples, tmp_path, grpo_config(schedule=False))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     record = trainer.step()
     # half of each group is right: rewards 1 for even samples, 0 for odd ones
@@ -172,7 +116,7 @@ def test_retriever_is_scored_against_the_pool_before_the_update(tiny_model_dir, 
         wide,
         pool,
         tmp_path / "grpo",
-        _cfg(schedule=False),
+        grpo_config(schedule=False),
         progress=False,
         engine_factory=lambda model, tok: scripted_engine(wide, tok, 2),
     )
@@ -196,7 +140,7 @@ def test_retriever_is_scored_against_the_pool_before_the_update(tiny_model_dir, 
 
 
 def test_schedule_zero_lambda_means_retriever_only(tiny_model_dir, examples, tmp_path):
-    trainer = _trainer(tiny_model_dir, examples, tmp_path, _cfg(schedule=True))
+    trainer = grpo_trainer(tiny_model_dir, examples, tmp_path, grpo_config(schedule=True))
     record = trainer.step()
     assert record["lambda"] == 0.0
     assert record["generator/update_tokens"] == 0 and record["generator/grad_norm"] == 0.0
@@ -205,8 +149,12 @@ def test_schedule_zero_lambda_means_retriever_only(tiny_model_dir, examples, tmp
 
 
 def test_all_wrong_groups_are_flat_and_can_be_skipped(tiny_model_dir, examples, tmp_path):
-    trainer = _trainer(
-        tiny_model_dir, examples, tmp_path, _cfg(skip_flat_groups=True), engine_right_every=None
+    trainer = grpo_trainer(
+        tiny_model_dir,
+        examples,
+        tmp_path,
+        grpo_config(skip_flat_groups=True),
+        engine_right_every=None,
     )
     before = [p.detach().clone() for p in trainer.model.parameters()]
     record = trainer.step()
@@ -291,8 +239,8 @@ def test_combined_gradient_is_pcgrad_of_the_weighted_generator_gradient(tiny_mod
 
 
 def test_train_writes_outputs_and_checkpoints(tiny_model_dir, examples, tmp_path):
-    cfg = _cfg(checkpoint_every=1, pool_snapshot_every=1, eval_every=1, max_steps=2)
-    trainer = _trainer(tiny_model_dir, examples, tmp_path, cfg, eval_examples=examples[:2])
+    cfg = grpo_config(checkpoint_every=1, pool_snapshot_every=1, eval_every=1, max_steps=2)
+    trainer = grpo_trainer(tiny_model_dir, examples, tmp_path, cfg, eval_examples=examples[:2])
     summary = trainer.train()
     trainer.close()
     out = tmp_path / "grpo"
@@ -318,55 +266,6 @@ def test_train_writes_outputs_and_checkpoints(tiny_model_dir, examples, tmp_path
 # ------------------------------------------------------------------- the stages, killed
 
 
-def _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo):
-    import shutil
-
-    from acesql.data.loaders import load_dataset
-
-    models, data = tmp_path / "models", tmp_path / "data"
-    shutil.copytree(tiny_model_dir, models / "sft")
-    (data / "prepared").mkdir(parents=True)
-    dev = load_dataset(synth_dir, "synth", "dev").examples[:2]
-    (data / "prepared" / "dev.jsonl").write_text(
-        "".join(json.dumps(e.to_dict()) + "\n" for e in dev)
-    )
-    (data / "prepared" / "train.jsonl").write_text(
-        "".join(json.dumps(e.to_dict()) + "\n" for e in examples)
-    )
-    params = {
-        "base": {
-            "data_dir": str(data),
-            "models_dir": str(models),
-            "results_dir": str(tmp_path / "results"),
-            "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
-        },
-        "rl_data": {
-            "retriever_samples": 2,
-            "generator_samples": 2,
-            "min_correct": 0,
-            "max_correct": 2,
-            "generation": {"max_new_tokens": 8},
-        },
-        "grpo": grpo,
-        "base_model": {},
-        "prompt": {},
-    }
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(params))
-    return path
-
-
-def _rl_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo):
-    """A grpo-ready project: `_stage_project` plus rl_data's outputs (every example, the pool
-    seeded with its gold columns)."""
-    params = _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo)
-    rl = tmp_path / "data" / "rl"
-    rl.mkdir(parents=True)
-    (rl / "train.jsonl").write_text("".join(json.dumps(e.to_dict()) + "\n" for e in examples))
-    _pool(examples).save(rl / "initial_pool.json")
-    return params
-
-
 def _run(module, params, **kw):
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", TOKENIZERS_PARALLELISM="false")
     return subprocess.Popen(
@@ -380,7 +279,7 @@ def _run(module, params, **kw):
 
 
 def test_rl_data_stage_keeps_bounded_questions(tmp_path, tiny_model_dir, synth_dir, examples):
-    params = _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, {})
+    params = stage_project(tmp_path, tiny_model_dir, synth_dir, examples, {})
     proc = _run("acesql.stages.rl_data", params)
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err[-2000:]
@@ -455,7 +354,7 @@ def test_grpo_stage_resumes_after_sigkill(tmp_path, tiny_model_dir, synth_dir, e
         pool_snapshot_every=2,
         generation={"max_new_tokens": 12, "batch_size": 8},
     )
-    params = _rl_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo)
+    params = rl_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo)
     ckpts = tmp_path / "models" / "grpo" / "checkpoints"
 
     proc = _run("acesql.stages.grpo", params)
@@ -498,7 +397,7 @@ def test_grpo_stage_resumes_after_sigkill(tmp_path, tiny_model_dir, synth_dir, e
 def test_grpo_stage_without_questions_keeps_the_sft_model(
     tmp_path, tiny_model_dir, synth_dir, examples
 ):
-    params = _stage_project(tmp_path, tiny_model_dir, synth_dir, examples, {})
+    params = stage_project(tmp_path, tiny_model_dir, synth_dir, examples, {})
     rl = tmp_path / "data" / "rl"
     rl.mkdir(parents=True)
     (rl / "train.jsonl").write_text("")
@@ -511,19 +410,6 @@ def test_grpo_stage_without_questions_keeps_the_sft_model(
     assert metrics["stop_reason"] == "no_rl_questions" and metrics["steps"] == 0
     sft = (tmp_path / "models" / "sft" / "model.safetensors").read_bytes()
     assert (tmp_path / "models" / "grpo" / "model.safetensors").read_bytes() == sft
-
-
-def sgd_update(model_dir, device="cpu", **kw):
-    """A fresh fp32 policy and reference under one DualRoleUpdate by SGD (lr 0.1, beta 0.01);
-    `kw` goes to DualRoleUpdate (bf16 autocast off unless given)."""
-    from acesql.models.base_model import load_model
-    from acesql.rl.update import DualRoleUpdate
-
-    torch.manual_seed(0)
-    model = load_model(model_dir, dtype="float32", device=device)
-    ref = load_model(model_dir, dtype="float32", device=device)
-    options = dict(beta=0.01, bf16_autocast=False, micro_batch_size=2) | kw
-    return DualRoleUpdate(model, torch.optim.SGD(model.parameters(), lr=0.1), None, ref, **options)
 
 
 def test_shared_prompt_update_equals_the_full_one(tiny_model_dir):

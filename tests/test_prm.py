@@ -276,18 +276,18 @@ def test_grpo_adds_the_process_reward_to_the_outcome_for_chains_only(
 ):
     from acesql.errors import ConfigError
     from acesql.prm.model import TrajectoryScorer
-    from tests.test_grpo import _cfg, _trainer
+    from tests.grpo_helpers import grpo_config, grpo_trainer
 
     examples = load_dataset(synth_dir, "synth", "train").examples[:2]
     with pytest.raises(ConfigError, match="prompt.sql_format to cocte"):
-        _trainer(tiny_model_dir, examples, tmp_path, _cfg(generator_reward="process"))
-    cfg = _cfg(generator_reward="process", prm_model=str(tmp_path / "none"))
+        grpo_trainer(tiny_model_dir, examples, tmp_path, grpo_config(generator_reward="process"))
+    cfg = grpo_config(generator_reward="process", prm_model=str(tmp_path / "none"))
     with pytest.raises(ConfigError, match="run the prm stage"):
-        _trainer(tiny_model_dir, examples, tmp_path, cfg, sql_format="cocte")
+        grpo_trainer(tiny_model_dir, examples, tmp_path, cfg, sql_format="cocte")
 
     TrajectoryScorer.from_base(tiny_model_dir, max_length=256).save(tmp_path / "prm")
-    cfg = _cfg(generator_reward="process", prm_model=str(tmp_path / "prm"))
-    trainer = _trainer(tiny_model_dir, examples, tmp_path, cfg, sql_format="cocte")
+    cfg = grpo_config(generator_reward="process", prm_model=str(tmp_path / "prm"))
+    trainer = grpo_trainer(tiny_model_dir, examples, tmp_path, cfg, sql_format="cocte")
 
     class Halves:  # R_proc 0.5 for the first output of each question, no chain for the rest
         def rewards(self, question, schema_text, evidence, db_path, outputs):

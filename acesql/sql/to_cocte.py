@@ -103,7 +103,14 @@ def describe(query: exp.Expression) -> str:
     group = query.args.get("group")
     if group is not None:
         text += " per " + ", ".join(g.sql(dialect=DIALECT) for g in group.expressions)
-    return text if len(text) <= RATIONALE_CHARS else text[: RATIONALE_CHARS - 3] + "..."
+    return _clipped(text)
+
+
+def _clipped(rationale: str) -> str:
+    """`rationale` cut to RATIONALE_CHARS, marked where it was cut."""
+    if len(rationale) <= RATIONALE_CHARS:
+        return rationale
+    return rationale[: RATIONALE_CHARS - 3] + "..."
 
 
 def _extract_subqueries(tree: exp.Expression, add, steps: list[CocteStep]) -> None:
@@ -232,11 +239,7 @@ def _stage_join(tree: exp.Select, schema: Schema, add) -> exp.Select | None:
     rationale = f"the rows of {tables} joined" + (
         f" where {where.this.sql(dialect=DIALECT)}" if where is not None else ""
     )
-    name = add(
-        rows,
-        "joined",
-        rationale[: RATIONALE_CHARS - 3] + "..." if len(rationale) > RATIONALE_CHARS else rationale,
-    )
+    name = add(rows, "joined", _clipped(rationale))
     staged = qualified.copy()
     staged.set("joins", None)
     staged.set("where", None)
