@@ -23,6 +23,7 @@ runs spanning processes and the model registry are the orchestrator's side, not 
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -35,6 +36,17 @@ FLOW_RUN_TAG = "prefect.flow_run_id"
 PARENT_RUN_ENV = "ACESQL_PARENT_RUN_ID"  # the pipeline's run: stage runs become its children
 FLOW_RUN_ENV = "ACESQL_FLOW_RUN_ID"  # the flow run that started the stage process
 MAX_PARAMS_PER_BATCH = 100  # MLflow refuses larger log_batch calls
+METRIC_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_\-. :/]")  # what MLflow refuses in a name
+
+
+def metric_name(key: str) -> str:
+    """`key` as MLflow accepts it: each character it refuses becomes `_`, so a metric
+    named after a range or a label never fails a stage at its last step.
+
+    >>> metric_name("prm_data/sigma_histogram.(0,0.5)")
+    'prm_data/sigma_histogram._0_0.5_'
+    """
+    return METRIC_NAME_UNSAFE.sub("_", key)
 
 
 class Tracker:
@@ -155,7 +167,7 @@ class MlflowTracker(Tracker):
         from mlflow.entities import Metric
 
         now_ms = int(time.time() * 1000)
-        batch = [Metric(k, float(v), now_ms, step or 0) for k, v in metrics.items()]
+        batch = [Metric(metric_name(k), float(v), now_ms, step or 0) for k, v in metrics.items()]
         self.client.log_batch(self._current(), metrics=batch)
 
     def log_artifact(self, path):

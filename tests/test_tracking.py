@@ -52,7 +52,7 @@ def test_a_run_with_params_metrics_and_artifacts(store, tmp_path):
     fig.subplots().plot([1, 2, 3])
     params = {"data": {"synth": {"profile": "tiny", "ood_domains": ["hotel"]}}, "seed": 3}
     with tracker.start_run("data", params, tags={"stage": "data"}):
-        tracker.log_metrics({"train.n": 12, "loss": 0.5})
+        tracker.log_metrics({"train.n": 12, "loss": 0.5, "sigma.(0,0.5]": 2})
         tracker.log_metrics({"loss": 0.25}, step=1)
         tracker.log_artifact(note)
         tracker.log_figure(fig, "plots/curve.png")
@@ -65,7 +65,7 @@ def test_a_run_with_params_metrics_and_artifacts(store, tmp_path):
         "data.synth.ood_domains": "['hotel']",
         "seed": "3",
     }
-    assert run.data.metrics == {"train.n": 12.0, "loss": 0.25}
+    assert run.data.metrics == {"train.n": 12.0, "loss": 0.25, "sigma._0_0.5_": 2.0}
     history = client.get_metric_history(run.info.run_id, "loss")
     assert [(m.step, m.value) for m in history] == [(0, 0.5), (1, 0.25)]
     assert run.data.tags["stage"] == "data"
