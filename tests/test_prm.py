@@ -179,8 +179,17 @@ def test_the_stages_say_what_is_missing_and_train_on_given_records(
     proc = stage("prm")
     assert proc.returncode == 2 and "run the prm_data stage" in proc.stderr
     (data / "prm").mkdir()
-    for name, rows in (("train", [_record(i, i % 2, True) for i in range(4)]), ("held_out", [])):
-        (data / "prm" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def write(train):
+        for name, rows in (("train", train), ("held_out", [])):
+            lines = "".join(json.dumps(r) + "\n" for r in rows)
+            (data / "prm" / f"{name}.jsonl").write_text(lines)
+
+    write([_record(i, 0, True) for i in range(4)])  # a policy that solved nothing
+    proc = stage("prm")
+    assert proc.returncode == 2 and "have sigma 0" in proc.stderr and "solved none" in proc.stderr
+    assert not (tmp_path / "models" / "prm").exists()
+    write([_record(i, i % 2, True) for i in range(4)])
     proc = stage("prm")
     assert proc.returncode == 0, proc.stderr[-2000:]
     metrics = json.loads((tmp_path / "models" / "prm_metrics.json").read_text())

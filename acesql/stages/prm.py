@@ -36,6 +36,16 @@ def work(s: dict, tracker) -> dict:
         raise DataError(f"{cfg.base} not found: run the base_model stage, or set prm.base")
     folder = base.data_dir / "prm"
     train, held_out = read_records(folder / "train.jsonl"), read_records(folder / "held_out.jsonl")
+    labels = {record["sigma"] for record in train}
+    if len(labels) == 1:
+        (label,) = labels
+        solved = "none" if label == 0 else "all" if label == 1 else "the same share"
+        raise DataError(
+            f"all {len(train)} train records of {folder} have sigma {label}: the policy solved "
+            f"{solved} of its prefixes, and a score model trained on one label learns a "
+            "constant. Label from a stronger cold start (prm_data.model), or with more "
+            "prm_data.trajectories or max_questions"
+        )
     bar = tqdm(desc="prm", unit="step")
     try:
         metrics = train_prm(
