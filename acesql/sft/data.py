@@ -137,25 +137,35 @@ def _generator_targets(examples, prompts, schemas, executor, match_mode, stats) 
         return {id(ex): ex.sql for ex in examples}
     if executor is None:
         raise ValueError("CoCTE targets are verified by execution: pass an executor")
+    targets = _verified_chains(
+        [(id(ex), ex, ex.sql) for ex in examples], schemas, executor, match_mode
+    )
+    if len(targets) < len(examples):
+        stats.dropped[("generator", "cocte_not_equivalent")] += len(examples) - len(targets)
+    return targets
+
+
+def _verified_chains(items, schemas, executor, match_mode) -> dict:
+    """`items`: (key, example, sql). The CoCTE rewrite of each sql by key, kept when it
+    executes to the example's gold result; a rewrite that fails is not kept."""
     from acesql.sql.to_cocte import to_cocte
 
-    chains = {}
-    for ex in examples:
+    drafts = {}
+    for key, ex, sql in items:
         try:
-            chains[id(ex)] = to_cocte(ex.sql, schemas(ex))
+            chain = to_cocte(sql, schemas(ex))
         except Exception:  # noqa: BLE001 - a rewrite sqlglot chokes on is one not kept
-            chains[id(ex)] = None
-    candidates = [ex for ex in examples if chains[id(ex)]]
-    checks = [(ex.db_path, chains[id(ex)], ex.sql) for ex in candidates]
-    verdicts = dict(zip(map(id, candidates), executor.match_many(checks, match_mode)))
-    targets = {}
-    for ex in examples:
-        verdict = verdicts.get(id(ex))
-        if verdict is not None and verdict.match.match:
-            targets[id(ex)] = chains[id(ex)]
-        else:
-            stats.dropped[("generator", "cocte_not_equivalent")] += 1
-    return targets
+            continue
+        if chain:
+            drafts[key] = (ex, chain)
+    checked = executor.match_many(
+        [(ex.db_path, chain, ex.sql) for ex, chain in drafts.values()], match_mode
+    )
+    return {
+        key: chain
+        for (key, (_, chain)), verdict in zip(drafts.items(), checked)
+        if verdict.match.match
+    }
 
 
 def build_generator_distilled(
@@ -211,8 +221,14 @@ def build_generator_distilled(
     ]
     verdicts = list(executor.match_many(checks, match_mode))
     chains = {}
-    if cocte:
-        chains = _chains_of(usable, generated, checks, verdicts, executor, schemas, match_mode)
+    if cocte:  # rewrite what executed right; the verdicts and checks are in output order
+        outputs = [(ex, o) for (ex, *_), outs in zip(usable, generated) for o in outs]
+        right = [
+            (id(o), ex, sql)
+            for (ex, o), (_, sql, _), verdict in zip(outputs, checks, verdicts)
+            if verdict.match.match
+        ]
+        chains = _verified_chains(right, schemas, executor, match_mode)
     verdicts = iter(verdicts)
 
     retriever_records, generator_records = [], []
@@ -248,31 +264,6 @@ def build_generator_distilled(
     for rec in retriever_records + generator_records:
         stats.kept[(rec["role"], rec["complexity"])] += 1
     return retriever_records + generator_records, stats
-
-
-def _chains_of(usable, generated, checks, verdicts, executor, schemas, match_mode) -> dict:
-    """The CoCTE rewrite of each sampled SQL that executed right, by output id, kept when the
-    chain executes to the gold result too (`checks` and `verdicts` are in output order)."""
-    from acesql.sql.to_cocte import to_cocte
-
-    outputs = [(ex, o) for (ex, *_), outs in zip(usable, generated) for o in outs]
-    drafts = {}
-    for (ex, o), (_, sql, _), verdict in zip(outputs, checks, verdicts):
-        if not verdict.match.match:
-            continue
-        try:
-            drafts[id(o)] = (ex, to_cocte(sql, schemas(ex)))
-        except Exception:  # noqa: BLE001 - a rewrite sqlglot chokes on is one not kept
-            continue
-    drafts = {key: (ex, chain) for key, (ex, chain) in drafts.items() if chain}
-    checked = executor.match_many(
-        [(ex.db_path, chain, ex.sql) for ex, chain in drafts.values()], match_mode
-    )
-    return {
-        key: chain
-        for (key, (_, chain)), verdict in zip(drafts.items(), checked)
-        if verdict.match.match
-    }
 
 
 def _covering_targets(outputs, gold: list[str], schema, prompts: PromptBuilder, stats) -> list:
