@@ -129,6 +129,79 @@ def test_the_score_model_learns_its_labels_and_reports_held_out_auc(tiny_model_d
     assert len(scores) == 4 and all(0 < s < 1 for s in scores)
 
 
+def test_a_direct_answer_is_seen_as_a_chain_that_keeps_its_result(school_db):
+    from acesql.prm.view import chain_views
+    from acesql.sql.schema import Schema
+
+    schema = Schema.from_sqlite(school_db, n_samples=0)
+    correlated = (
+        "SELECT s.StudentID FROM student AS s WHERE s.StudentID > "
+        "(SELECT AVG(t.StudentID) FROM student AS t WHERE t.StudentID < s.StudentID)"
+    )
+    sqls = ["SELECT COUNT(*) FROM student WHERE age > 20", correlated, "SELEC oops", ""]
+    with BatchExecutor(workers=0) as executor:
+        staged, whole, bad, empty = chain_views([(school_db, q, schema) for q in sqls], executor)
+        # the filter is a step; the rewrite runs to the query's own rows
+        assert [(s.name, s.sql) for s in staged.steps] == [
+            ("student_rows", "SELECT * FROM student WHERE age > 20")
+        ]
+        assert staged.final_sql == "SELECT COUNT(*) FROM student_rows AS student"
+        same = executor.match_many([(school_db, staged.sql, sqls[0])])[0]
+        assert same.match.match
+    # the correlated subquery cannot run as a step of its own: the query is one step
+    assert [(s.name, s.sql) for s in whole.steps] == [("answer", correlated)]
+    assert whole.final_sql == "SELECT * FROM answer"
+    assert bad is None and empty is None
+
+
+class DirectScripted(RoleEngine):
+    """Retriever: the gold columns. Sampled answers, plain SQL: the gold read through a derived
+    table (right), the same then no rows (wrong), and a statement that does not parse."""
+
+    def __init__(self, examples):
+        super().__init__(examples, self._generator)
+        self.calls = []
+
+    def _generator(self, ex, n, options):
+        self.calls.append(n)
+        return [
+            sql_answer(f"SELECT * FROM ({ex.sql}) AS sub"),
+            sql_answer(f"SELECT * FROM ({ex.sql}) AS sub LIMIT 0"),
+            sql_answer("SELEC oops"),
+        ][:n]
+
+
+def test_step_labels_of_a_direct_policy_come_from_its_sampled_answers(synth_dir, tiny_model_dir):
+    from acesql.models.base_model import load_tokenizer
+    from acesql.models.prompts import PromptBuilder
+
+    examples = [
+        e
+        for e in load_dataset(synth_dir, "synth", "train").examples
+        if e.unusable is None and ";" not in e.sql
+    ][:2]
+    prompts = PromptBuilder(load_tokenizer(tiny_model_dir), sql_format="direct")
+    engine = DirectScripted(examples)
+    with BatchExecutor(workers=0) as executor:
+        records, stats = label_steps(
+            examples, engine, prompts, executor, trajectories=3, completions=2
+        )
+    got = stats.to_dict()
+    assert engine.calls == [3, 3]  # sampled once per question, no prefix continued
+    assert got["trajectories"] == 6 and got["malformed"] == 2
+    assert got["leaves"] == 4 and got["leaf_accuracy"] == 0.5
+    assert {r["view"] for r in records} == {"direct"}
+    for ex in examples:
+        mine = [r for r in records if r["key"] == f"{ex.db_id}#{ex.index}"]
+        prefix = [r for r in mine if r["final"] is None]
+        complete = [r for r in mine if r["final"] is not None]
+        # both answers pass through the same steps (the derived table and what it holds):
+        # every prefix averages one right and one wrong answer
+        assert prefix and all((r["sigma"], r["leaves"]) == (0.5, 2) for r in prefix)
+        assert sorted(r["sigma"] for r in complete) == [0.0, 1.0]
+        assert len(prefix) == len(complete[0]["steps"])
+
+
 def test_the_stages_say_what_is_missing_and_train_on_given_records(
     tmp_path, synth_dir, tiny_model_dir
 ):
@@ -189,9 +262,15 @@ def test_the_stages_say_what_is_missing_and_train_on_given_records(
     proc = stage("prm")
     assert proc.returncode == 2 and "have sigma 0" in proc.stderr and "solved none" in proc.stderr
     assert not (tmp_path / "models" / "prm").exists()
-    write([_record(i, i % 2, True) for i in range(4)])
+    write([{**_record(i, i % 2, True), "view": ("cocte", "direct")[i % 2]} for i in range(4)])
+    proc = stage("prm")
+    assert proc.returncode == 2 and "mix views" in proc.stderr
+    write([{**_record(i, i % 2, True), "view": "direct"} for i in range(4)])
     proc = stage("prm")
     assert proc.returncode == 0, proc.stderr[-2000:]
+    from acesql.prm.model import TrajectoryScorer
+
+    assert TrajectoryScorer.load(tmp_path / "models" / "prm").view == "direct"
     metrics = json.loads((tmp_path / "models" / "prm_metrics.json").read_text())
     assert metrics["steps"] == 2 and metrics["held_out_after/records"] == 0
     assert (tmp_path / "models" / "prm_calibration.png").stat().st_size > 1000
@@ -241,6 +320,30 @@ def test_process_rewards_weight_prefix_scores_by_the_sampled_tokens_entropy(
     assert prefix["steps"][0]["name"] == "step1" and prefix["steps"][0]["result"]
 
 
+def test_a_direct_score_model_reads_plain_sql_through_its_chain_view(school_db, tiny_model_dir):
+    from acesql.errors import ConfigError
+    from acesql.models.base_model import load_tokenizer
+    from acesql.prm.select import ProcessScorer
+
+    fixed = FixedScorer()
+    fixed.view = "direct"
+    right = Completion(
+        "```sql\nSELECT COUNT(*) FROM student WHERE age > 20\n```", [1], [-3.0], "stop"
+    )
+    broken = Completion("```sql\nSELEC oops\n```", [1], [-0.1], "stop")
+    with BatchExecutor(workers=0) as executor:
+        scorer = ProcessScorer(fixed, load_tokenizer(tiny_model_dir), executor)
+        rewards = scorer.rewards("How many?", "student(age)", "", school_db, [right, broken])
+        scorer.require_format("direct")
+        with pytest.raises(ConfigError, match="prompt.sql_format to direct"):
+            scorer.require_format("cocte")
+    # one step (the filter) and the whole query, equal weights: (0.5 + 0.9) / 2
+    assert rewards == [pytest.approx(0.7), None]
+    prefix, complete = fixed.seen
+    assert prefix["steps"][0]["sql"] == "SELECT * FROM student WHERE age > 20"
+    assert complete["final"]["sql"] == "SELECT COUNT(*) FROM student_rows AS student"
+
+
 def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth_dir):
     from acesql.eval.end_to_end import evaluate_examples
     from acesql.models.prompts import PromptBuilder
@@ -288,14 +391,14 @@ def test_grpo_adds_the_process_reward_to_the_outcome_for_chains_only(
     from tests.grpo_helpers import grpo_config, grpo_trainer
 
     examples = load_dataset(synth_dir, "synth", "train").examples[:2]
-    with pytest.raises(ConfigError, match="prompt.sql_format to cocte"):
-        grpo_trainer(tiny_model_dir, examples, tmp_path, grpo_config(generator_reward="process"))
     cfg = grpo_config(generator_reward="process", prm_model=str(tmp_path / "none"))
     with pytest.raises(ConfigError, match="run the prm stage"):
         grpo_trainer(tiny_model_dir, examples, tmp_path, cfg, sql_format="cocte")
 
     TrajectoryScorer.from_base(tiny_model_dir, max_length=256).save(tmp_path / "prm")
     cfg = grpo_config(generator_reward="process", prm_model=str(tmp_path / "prm"))
+    with pytest.raises(ConfigError, match="prompt.sql_format to cocte"):
+        grpo_trainer(tiny_model_dir, examples, tmp_path, cfg)  # a direct policy, a chain PRM
     trainer = grpo_trainer(tiny_model_dir, examples, tmp_path, cfg, sql_format="cocte")
 
     class Halves:  # R_proc 0.5 for the first output of each question, no chain for the rest

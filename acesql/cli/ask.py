@@ -46,7 +46,8 @@ def ask_command(
     open_schema(db)  # a missing or foreign file fails before the model loads
     engine = load_engine("transformers", model, progress=False)
     try:
-        sql_format = "cocte" if selection.method == "prm" else "direct"
+        process_scorer = _process_scorer(selection, engine)
+        sql_format = process_scorer.view if process_scorer else "direct"
         prompts = PromptBuilder(engine.tokenizer, False, sample_values, sql_format)
         answer = ask(
             engine,
@@ -54,7 +55,7 @@ def ask_command(
             db,
             question,
             selection,
-            process_scorer=_process_scorer(selection, engine),
+            process_scorer=process_scorer,
             mode=mode,
             max_new_tokens=max_new_tokens,
         )

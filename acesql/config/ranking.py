@@ -73,6 +73,12 @@ class PrmDataSection(Section):
         description="The cold-started policy that writes Chain-of-CTE (prompt.sql_format "
         "cocte when it was trained).",
     )
+    sql_format: Literal["cocte", "direct"] = Field(
+        "cocte",
+        description="What the policy writes: cocte (chains, continued from every prefix: the "
+        "seed's labels) | direct (plain SQL seen as chains, acesql.prm.view; labels from the "
+        "sampled answers alone, no continuations).",
+    )
     max_questions: int | None = Field(
         48, ge=1, description="Train questions rolled out (spread over databases); null: all."
     )

@@ -93,11 +93,6 @@ class Evaluator:
                 "selection.method r3 reads the ranker's judgments from the model's next-token "
                 "probabilities: set evaluate.generation.engine to transformers"
             )
-        if method == "prm" and sql_format != "cocte":
-            raise ConfigError(
-                "selection.method prm scores Chain-of-CTE candidates step by step: set "
-                "prompt.sql_format to cocte (the policy trained with it)"
-            )
         self.settings = settings(
             cfg,
             selection,
@@ -130,7 +125,9 @@ class Evaluator:
                 f"selection.prm_model: {selection.prm_model} not found: run the prm stage"
             )
         scorer = TrajectoryScorer.load(selection.prm_model)
-        return {"process_scorer": ProcessScorer(scorer, self.prompts.tokenizer, self.executor)}
+        process = ProcessScorer(scorer, self.prompts.tokenizer, self.executor)
+        process.require_format(self.prompts.sql_format)
+        return {"process_scorer": process}
 
     def evaluate(
         self,

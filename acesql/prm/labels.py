@@ -17,6 +17,14 @@ sampled trajectories through it): the tree's Monte Carlo backup of the success r
 that prefix. A complete trajectory (its steps and final SELECT) is labelled by its own
 outcome.
 
+A policy that writes plain SQL (`prompts.sql_format` direct) is labelled through a fixed
+view of its answers as chains (`acesql.prm.view`: the `to_cocte` rewrite when it keeps the
+result, else one step). It cannot continue a chain, so no continuations are sampled: a
+node's sigma is the share of right answers among the question's sampled answers that pass
+through it, a Monte Carlo estimate from the policy's own samples, noisier than the seed's
+with fewer leaves per node. Each record carries its `view`, so the score model knows which
+candidates it was trained to read.
+
 A record is what the trajectory score model reads (`acesql.prm.model`): the question, the
 schema text, each step of the prefix with its intermediate result (`prefix_sql` run in the
 sandbox, a few rows), the final query and its result when the record is a complete
@@ -32,6 +40,7 @@ from acesql.agent.observation import render_observation
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache
 from acesql.eval.retrieval import greedy_columns
+from acesql.prm.view import chain_views
 from acesql.sql.cocte import CocteParse, CocteStep, parse_cocte, prefix_sql, render_prefix
 from acesql.sql.parsing import parse_sql
 
@@ -76,7 +85,7 @@ def label_steps(
     schemas: SchemaCache | None = None,
 ) -> tuple[list[dict], LabelStats]:
     """Labelled prefixes and complete trajectories of `examples` (see the module doc);
-    `prompts` is a `PromptBuilder` whose `sql_format` is `cocte`."""
+    `prompts` is a `PromptBuilder` whose `sql_format` is what the policy writes."""
     schemas = schemas or SchemaCache(prompts.sample_values)
     stats = LabelStats()
     examples = [e for e in examples if e.unusable is None]
@@ -95,34 +104,28 @@ def label_steps(
 
     # the tree: per question, node key (its steps) -> the node's steps
     trees: list[dict[tuple, list[CocteStep]]] = []
-    kept: list[list[CocteParse]] = []
-    for ex, outputs in zip(examples, sampled):
+    kept = _trajectories(examples, sampled, schemas, prompts.sql_format, executor, stats)
+    for parses in kept:
         stats.questions += 1
-        tables = [t.name for t in schemas(ex).tables]
-        parses = []
-        for out in outputs:
-            stats.trajectories += 1
-            parse = parse_cocte(out.text, tables)
-            if parse.ok:
-                parses.append(parse)
-            else:
-                stats.malformed[_kind(parse.problems[0])] += 1
         nodes: dict[tuple, list[CocteStep]] = {}
         for parse in parses:
             for i in range(1, len(parse.steps) + 1):
                 nodes.setdefault(_key(parse.steps[:i]), parse.steps[:i])
         trees.append(nodes)
-        kept.append(parses)
         stats.nodes += len(nodes)
 
-    # continuations from every node, in one batch
+    # continuations from every node, in one batch (a policy writing plain SQL has none)
     start = prompts.generator_target("").split("```sql")[0] + "```sql\n"
     node_list = [(q, key, steps) for q, nodes in enumerate(trees) for key, steps in nodes.items()]
-    continued = engine.generate(
-        [chats[q] + start + render_prefix(steps) for q, _, steps in node_list],
-        n=completions,
-        seed=seed + 1,
-        **sampling,
+    continued = (
+        engine.generate(
+            [chats[q] + start + render_prefix(steps) for q, _, steps in node_list],
+            n=completions,
+            seed=seed + 1,
+            **sampling,
+        )
+        if prompts.sql_format == "cocte" and node_list
+        else [[] for _ in node_list]
     )
 
     # every leaf's final SQL, run and matched; each leaf credits the nodes above it
@@ -175,8 +178,41 @@ def label_steps(
                 _record(examples[q], schema_texts[q], parse.steps, shown, q, final, float(right), 1)
             )
             k += 1
+    for record in records:
+        record["view"] = prompts.sql_format
     stats.records = len(records)
     return records, stats
+
+
+def _trajectories(examples, sampled, schemas, view, executor, stats) -> list[list[CocteParse]]:
+    """The well-formed chains of each question's samples; the others counted by problem.
+    `view` cocte: the samples are chains; direct: plain SQL, seen as chains
+    (`acesql.prm.view`)."""
+    if view == "cocte":
+        kept = []
+        for ex, outputs in zip(examples, sampled):
+            tables = [t.name for t in schemas(ex).tables]
+            parses = [parse_cocte(out.text, tables) for out in outputs]
+            for parse in parses:
+                if not parse.ok:
+                    stats.malformed[_kind(parse.problems[0])] += 1
+            stats.trajectories += len(parses)
+            kept.append([p for p in parses if p.ok])
+        return kept
+    items = [
+        (q, (ex.db_path, parse_sql(out.text) or "", schemas(ex)))
+        for q, (ex, outputs) in enumerate(zip(examples, sampled))
+        for out in outputs
+    ]
+    views = chain_views([item for _, item in items], executor)
+    kept = [[] for _ in examples]
+    for (q, (_, sql, _)), parse in zip(items, views):
+        stats.trajectories += 1
+        if parse is None:
+            stats.malformed["no SQL" if not sql else "not parsed as one query"] += 1
+        else:
+            kept[q].append(parse)
+    return kept
 
 
 def _record(ex, schema_text, steps, shown, q, final, sigma, leaves) -> dict:

@@ -13,11 +13,14 @@ a linear head on the last token's hidden state (transformers' sequence classific
 one label), trained with binary cross-entropy against the soft labels sigma. Reported on
 held-out records (their questions never seen in training): the loss, the AUC of the scores
 against sigma >= 0.5, and a calibration curve (mean score against mean sigma per bin of
-scores, with the expected calibration error).
+scores, with the expected calibration error). The saved model records the view of its
+records (`prm.json`): chains a CoCTE policy wrote, or plain SQL seen as chains
+(`acesql.prm.view`); it scores candidates of that kind only.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -29,6 +32,7 @@ from acesql.checkpoint import save_model
 from acesql.errors import ConfigError
 
 STEP_MARKER = "<step>"
+META_FILE = "prm.json"  # beside the weights: the view the model reads (acesql.prm.view)
 CALIBRATION_BINS = 10
 
 
@@ -99,8 +103,9 @@ def calibration(scores: list[float], labels: list[float], bins: int = CALIBRATIO
 class TrajectoryScorer:
     """R_phi: a causal LM with a one-logit head (see the module doc)."""
 
-    def __init__(self, model, tokenizer, max_length: int = 2048):
+    def __init__(self, model, tokenizer, max_length: int = 2048, view: str = "cocte"):
         self.model, self.tokenizer, self.max_length = model, tokenizer, max_length
+        self.view = view  # what its candidates are: chains (cocte) or plain SQL (direct)
 
     @classmethod
     def from_base(cls, base: str | Path, max_length: int = 2048, device: str = "cpu"):
@@ -121,7 +126,14 @@ class TrajectoryScorer:
         model.config.pad_token_id = tokenizer.pad_token_id
         return cls(model.to(device), tokenizer, max_length)
 
-    load = from_base  # a saved score model loads the same way: its head is in the folder
+    @classmethod
+    def load(cls, folder: str | Path, max_length: int = 2048, device: str = "cpu"):
+        """A saved score model (its head is in the folder), with the view it was trained on."""
+        scorer = cls.from_base(folder, max_length, device)
+        meta = Path(folder) / META_FILE
+        if meta.is_file():
+            scorer.view = json.loads(meta.read_text()).get("view", "cocte")
+        return scorer
 
     def logits(self, records: list[dict]) -> torch.Tensor:
         """One logit per record, (len(records),)."""
@@ -156,6 +168,7 @@ class TrajectoryScorer:
 
     def save(self, out_dir: str | Path) -> None:
         save_model(self.model, self.tokenizer, Path(out_dir))
+        (Path(out_dir) / META_FILE).write_text(json.dumps({"view": self.view}) + "\n")
 
 
 def held_out_metrics(scorer: TrajectoryScorer, records: list[dict]) -> dict:
@@ -196,9 +209,15 @@ def train_prm(
     save the model to `out_dir`; return the metrics."""
     if not train:
         raise ConfigError("no labelled prefixes to train the score model on: run prm_data")
+    views = {r.get("view", "cocte") for r in train + held_out}
+    if len(views) > 1:
+        raise ConfigError(
+            f"the labelled records mix views {sorted(views)}: label them from one policy format"
+        )
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(seed)
     scorer = TrajectoryScorer.from_base(base, cfg.max_length, device)
+    scorer.view = views.pop()
     params = [p for p in scorer.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate)
     before = held_out_metrics(scorer, held_out)

@@ -15,6 +15,10 @@ token belongs to the step whose text it starts in (a step runs from its `-- step
 to the next one; the final query from `-- final:`, or from its SELECT, to the end).
 Candidates that are not a well-formed chain get no reward (None): they cannot be scored
 step by step, and Reward-SQL's syntax filter drops them too.
+
+A score model trained on a direct policy's answers (`view` direct, `acesql.prm.view`) reads
+each candidate's SQL through the same chain view, with equal step weights: a plain query's
+tokens do not belong to the steps of its view, so they give no entropy per step.
 """
 
 from __future__ import annotations
@@ -22,9 +26,13 @@ from __future__ import annotations
 import re
 
 from acesql.agent.observation import render_observation
+from acesql.errors import ConfigError
 from acesql.prm.labels import PREVIEW_ROWS
 from acesql.prm.reward import inverse_entropy_weights, process_reward, step_entropies
+from acesql.prm.view import chain_views
 from acesql.sql.cocte import parse_cocte, prefix_sql
+from acesql.sql.parsing import parse_sql
+from acesql.sql.schema import Schema
 
 _STEP = re.compile(r"--\s*step:", re.IGNORECASE)
 _FINAL = re.compile(r"--\s*final:", re.IGNORECASE)
@@ -79,11 +87,24 @@ class ProcessScorer:
 
     def __init__(self, scorer, tokenizer, executor):
         self.scorer, self.tokenizer, self.executor = scorer, tokenizer, executor
+        self.view = getattr(scorer, "view", "cocte")
+        self._schemas: dict[str, Schema] = {}
+
+    def require_format(self, sql_format: str) -> None:
+        """Fail unless the policy writes what the score model was trained to read."""
+        if sql_format != self.view:
+            raise ConfigError(
+                f"the process score model reads {self.view} candidates but the policy writes "
+                f"{sql_format}: set prompt.sql_format to {self.view}, or label and train a "
+                f"score model on this policy (prm_data.sql_format: {sql_format})"
+            )
 
     def rewards(self, question, schema_text, evidence, db_path, completions) -> list:
-        """One R_proc per completion (None for a candidate that is not a well-formed chain)."""
+        """One R_proc per completion (None for a candidate that is not a well-formed chain,
+        or, in the direct view, not one query)."""
         prepared = [
-            self._prefixes(question, schema_text, evidence, db_path, c) for c in completions
+            self._prefixes(question, schema_text, evidence, db_path, parse, c) if parse else None
+            for parse, c in zip(self._chains(db_path, completions), completions)
         ]
         records = [r for p in prepared if p for r in p[0]]
         scores = iter(self.scorer.score(records)) if records else iter(())
@@ -96,10 +117,18 @@ class ProcessScorer:
             out.append(process_reward(mine, inverse_entropy_weights(p[1])))
         return out
 
-    def _prefixes(self, question, schema_text, evidence, db_path, completion):
-        parse = parse_cocte(completion.text)
-        if not parse.ok:
-            return None
+    def _chains(self, db_path, completions) -> list:
+        """Each completion's chain: as written (cocte), or its SQL seen as one (direct)."""
+        if self.view == "cocte":
+            parses = [parse_cocte(c.text) for c in completions]
+            return [p if p.ok else None for p in parses]
+        key = str(db_path)
+        if key not in self._schemas:
+            self._schemas[key] = Schema.from_sqlite(db_path, n_samples=0)
+        items = [(db_path, parse_sql(c.text) or "", self._schemas[key]) for c in completions]
+        return chain_views(items, self.executor)
+
+    def _prefixes(self, question, schema_text, evidence, db_path, parse, completion):
         n = len(parse.steps)
         results = self.executor.execute_many(
             [(db_path, prefix_sql(parse, i)) for i in range(1, n + 1)] + [(db_path, parse.sql)]
@@ -118,8 +147,8 @@ class ProcessScorer:
     def _entropies(self, completion, n_steps: int) -> list[float]:
         """Each prefix's step entropy, estimated by -log p of its sampled tokens."""
         ids, logprobs = completion.token_ids, completion.logprobs
-        if not ids or len(logprobs) != len(ids):
-            return [0.0] * (n_steps + 1)  # no token record: equal weights
+        if self.view == "direct" or not ids or len(logprobs) != len(ids):
+            return [0.0] * (n_steps + 1)  # no tokens per step: equal weights
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         ends = [
             len(self.tokenizer.decode(ids[: k + 1], skip_special_tokens=True))

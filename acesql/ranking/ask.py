@@ -76,13 +76,12 @@ def ask(
     process_scorer=None,
 ) -> Answer:
     """`process_scorer` (`acesql.prm.select.ProcessScorer`): for the prm selection, whose
-    candidates are Chain-of-CTE (`prompts.sql_format` cocte)."""
+    candidates are what its score model reads (`prompts.sql_format` the same)."""
     selection = selection or SelectionSection(method="r3")
-    if selection.method == "prm" and (process_scorer is None or prompts.sql_format != "cocte"):
-        raise ConfigError(
-            "the prm selection scores Chain-of-CTE candidates: it needs the process scorer "
-            "and prompts with sql_format cocte"
-        )
+    if selection.method == "prm":
+        if process_scorer is None:
+            raise ConfigError("the prm selection needs the process scorer (the prm model)")
+        process_scorer.require_format(prompts.sql_format)
     schema = open_schema(db_path, prompts.sample_values)
     (retrieved,) = engine.generate(
         [prompts.retriever(schema, question)], n=1, temperature=0.0, max_new_tokens=max_new_tokens

@@ -365,16 +365,13 @@ class GrpoTrainer:
         from acesql.prm.model import TrajectoryScorer
         from acesql.prm.select import ProcessScorer
 
-        if sql_format != "cocte":
-            raise ConfigError(
-                "grpo.generator_reward process scores Chain-of-CTE outputs step by step: set "
-                "prompt.sql_format to cocte (and cold-start the policy with it)"
-            )
         if not Path(cfg.prm_model).is_dir():
             raise ConfigError(f"grpo.prm_model: {cfg.prm_model} not found: run the prm stage")
         scorer = TrajectoryScorer.load(cfg.prm_model, device=str(self.device))
         scorer.model.requires_grad_(False)
-        return ProcessScorer(scorer, self.tokenizer, self.executor)
+        process = ProcessScorer(scorer, self.tokenizer, self.executor)
+        process.require_format(sql_format)
+        return process
 
     # ------------------------------------------------------------------ evaluation
 

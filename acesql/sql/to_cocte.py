@@ -81,6 +81,30 @@ def to_cocte(sql: str, schema: Schema | None = None) -> str | None:
     return render_cocte(steps, final, describe(tree))
 
 
+def one_step_cocte(sql: str, schema: Schema | None = None) -> str | None:
+    """`sql` as a chain of one step (the whole query) and `SELECT *` from it: the form that
+    always keeps the query's result, where `to_cocte`'s rewrite does not. None when it does
+    not parse.
+
+    >>> print(one_step_cocte("SELECT COUNT(*) FROM singer"))
+    WITH
+    -- step: COUNT(*) of singer
+    answer AS (SELECT COUNT(*) FROM singer)
+    -- final: all of answer
+    SELECT * FROM answer
+    """
+    try:
+        tree = sqlglot.parse_one(sql, read=DIALECT)
+    except sqlglot.errors.ParseError:
+        return None
+    if not isinstance(tree, exp.Query):
+        return None
+    taken = {t.name.lower() for t in schema.tables} if schema else set()
+    name = _fresh("answer", taken)
+    step = CocteStep(name, describe(tree), tree.sql(dialect=DIALECT, comments=False))
+    return render_cocte([step], f"SELECT * FROM {name}", f"all of {name}")
+
+
 def describe(query: exp.Expression) -> str:
     """A one-line account of what `query` computes: columns, tables, filter, grouping.
 

@@ -6,10 +6,11 @@ Reads `base`, `base_model`, `prompt` and `prm_data`; the policy at `prm_data.mod
 default the SFT model, cold-started on Chain-of-CTE when `prompt.sql_format` was `cocte`) and
 `{data_dir}/prepared/train.jsonl`. Samples chains on `max_questions` train questions,
 continues every prefix, and labels each prefix and complete chain with the share of correct
-answers below it (`acesql.prm.labels`). The questions are split: `held_out_fraction` of them
-give the held-out records. Writes `{data_dir}/prm/{train,held_out}.jsonl` and
-`{data_dir}/prm_metrics.json` (chains, malformed by kind, records, the leaves' accuracy,
-the labels' histogram), also logged to MLflow.
+answers below it (`acesql.prm.labels`). With `sql_format: direct` the policy writes plain
+SQL, each answer is seen as a chain (`acesql.prm.view`) and no prefix is continued. The
+questions are split: `held_out_fraction` of them give the held-out records. Writes
+`{data_dir}/prm/{train,held_out}.jsonl` and `{data_dir}/prm_metrics.json` (chains, malformed
+by kind, records, the leaves' accuracy, the labels' histogram), also logged to MLflow.
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ def work(s: dict, tracker) -> dict:
     examples = read_prepared(base.data_dir / "prepared" / "train.jsonl")
     examples = filter_examples(examples, max_examples=cfg.max_questions, seed=base.seed)
     prompts = PromptBuilder(
-        load_tokenizer(cfg.model), s["base_model"].reasoning, s["prompt"].sample_values, "cocte"
+        load_tokenizer(cfg.model),
+        s["base_model"].reasoning,
+        s["prompt"].sample_values,
+        cfg.sql_format,
     )
     engine = open_engine(cfg.generation, cfg.model)
     try:
@@ -63,7 +67,8 @@ def work(s: dict, tracker) -> dict:
     if not records:
         raise DataError(
             f"prm_data labelled nothing ({stats.to_dict()}): the policy at {cfg.model} must "
-            "write Chain-of-CTE (train it with prompt.sql_format: cocte)"
+            f"write what prm_data.sql_format says ({cfg.sql_format}): Chain-of-CTE for cocte "
+            "(train it with prompt.sql_format: cocte), one SQL query for direct"
         )
     keys = sorted({r["key"] for r in records})
     random.Random(f"{base.seed}:prm_data").shuffle(keys)
