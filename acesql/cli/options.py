@@ -99,8 +99,8 @@ def selection_options(default_method: str):
             type=click.Choice(["greedy", "maj", "r3", "prm"]),
             default=None,
             help=f"How the answer is chosen among the candidates: the greedy answer, maj@n, "
-            f"R3-SQL's groupwise ranking, or PRM best-of-n (Chain-of-CTE candidates, the "
-            f"score model of --prm-model).  [default: {default_method}]",
+            f"R3-SQL's groupwise ranking, or PRM best-of-n (the score model of --prm-model; "
+            f"candidates written as it was trained to read: chains, or plain SQL).  [default: {default_method}]",
         ),
         click.option(
             "--candidates",
