@@ -795,3 +795,45 @@ def test_compare_takes_pipeline_run_ids_and_says_when_sides_differ(tmp_path):
     empty = client.create_run(experiment, tags={"stage": "pipeline"}).info.run_id
     with pytest.raises(DataError, match="evaluated nothing"):
         load_evaluation(empty, uri)
+
+
+def test_selections_of_one_run_are_paired_against_its_majority_vote(tmp_path):
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+
+    # 10 questions, 4 candidates each: maj@4 right on the first 4; the PRM pick right on
+    # questions 2-7 (maj only 2, PRM only 4); a right candidate in the pool of the first 8
+    rows = [
+        dict(
+            UNFINISHED_ROW,
+            index=i,
+            maj_k=4,
+            maj_match=i < 4,
+            prm_match=2 <= i < 8,
+            oracle_match=i < 8,
+            pipeline_match=i < 3,
+        )
+        for i in range(10)
+    ]
+    rows.append({"db_id": "d", "index": 99, "usable": False, "category": "unusable"})
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = CliRunner().invoke(cli, ["eval", "--selections", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "rows: 10 questions, 4 candidates each" in result.output
+    lines = result.output.splitlines()
+    maj = next(x for x in lines if x.startswith("maj@n"))
+    assert re.search(r"40\.0%\s+4/8$", maj)
+    prm = next(x for x in lines if x.startswith("PRM best-of-4"))
+    # 60% - 40%, discordant 2 / 4, exact McNemar 0.6875; 6 of the 8 recalled
+    assert re.search(r"60\.0%\s+\+20\.0\s+\[\S+, \S+\]\s+2\s+4\s+0\.688\s+6/8$", prm), prm
+    greedy = next(x for x in lines if x.startswith("greedy pipeline"))
+    assert re.search(r"30\.0%\s+-10\.0\s+\[\S+, \S+\]\s+1\s+0\s+1\s+3/8$", greedy), greedy
+    assert "r3 ranking" not in result.output  # no such field in the rows
+
+    (tmp_path / "greedy").mkdir()
+    plain = [dict(UNFINISHED_ROW, index=i) for i in range(3)]
+    (tmp_path / "greedy" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in plain))
+    result = CliRunner().invoke(cli, ["eval", "--selections", str(tmp_path / "greedy")])
+    assert result.exit_code == 2 and "holds no rows with candidates" in result.output

@@ -179,10 +179,17 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     "have given and cost, without running the model again.",
 )
 @click.option(
+    "--selections",
+    metavar="RUN",
+    help="Instead of evaluating: every selection in one evaluation with candidates (a result "
+    "folder, finished or not, or an MLflow run id) against its maj@n on the same candidates, "
+    "paired: 95% bootstrap interval, discordant counts, McNemar p, accuracy given recall.",
+)
+@click.option(
     "--tracking-uri",
     default="sqlite:///mlflow.db",
     show_default=True,
-    help="MLflow store that --compare and --audit-sweep look run ids up in.",
+    help="MLflow store that --compare, --audit-sweep and --selections look run ids up in.",
 )
 def evaluate_model(
     model,
@@ -209,6 +216,7 @@ def evaluate_model(
     chunk_size,
     compare,
     audit_sweep,
+    selections,
     tracking_uri,
 ):
     """Evaluate MODEL in both roles on a dataset split and print the metrics.
@@ -219,7 +227,8 @@ def evaluate_model(
     rows, BIRD-format predictions and an HTML report. With --compare A B, print a
     side-by-side table of two evaluations and, per split, their paired difference on the
     questions both scored. With --audit-sweep RUN, print what each auditor threshold would
-    have given RUN (acesql.eval.audit_sweep).
+    have given RUN (acesql.eval.audit_sweep). With --selections RUN, print each selection of
+    RUN against its maj@n on the same candidates (acesql.eval.selection_report).
 
     The flags build the `evaluate` params section and run the evaluate stage's code
     (acesql.eval.session), so a folder this command leaves unfinished resumes by either.
@@ -258,6 +267,18 @@ def evaluate_model(
             if points:
                 click.echo(f"{split}: {len(splits[split])} questions")
                 click.echo(sweep_table(points))
+        return
+    if selections:
+        from acesql.eval.compare import load_rows
+        from acesql.eval.selection_report import selection_report
+
+        report = selection_report(load_rows(selections, tracking_uri))
+        if not report:
+            raise click.UsageError(
+                f"{selections} holds no rows with candidates "
+                "(evaluate with --selection maj, r3 or prm, and --out)"
+            )
+        click.echo(report)
         return
     missing = [
         o for o, v in (("--model", model), ("--dataset", dataset), ("--format", fmt)) if not v

@@ -100,7 +100,8 @@ def selection_options(default_method: str):
             default=None,
             help=f"How the answer is chosen among the candidates: the greedy answer, maj@n, "
             f"R3-SQL's groupwise ranking, or PRM best-of-n (the score model of --prm-model; "
-            f"candidates written as it was trained to read: chains, or plain SQL).  [default: {default_method}]",
+            f"candidates written as it was trained to read: chains, or plain SQL).  "
+            f"[default: {default_method}]",
         ),
         click.option(
             "--candidates",

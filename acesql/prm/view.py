@@ -20,7 +20,6 @@ from acesql.sql.cocte import CocteParse, parse_cocte, prefix_sql
 from acesql.sql.to_cocte import one_step_cocte, to_cocte
 
 
-
 def chain_views(items, executor) -> list[CocteParse | None]:
     """`items`: (db_path, sql, schema or None). The chain of each sql, in input order."""
     staged, fallback = [], []

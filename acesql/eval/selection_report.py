@@ -1,0 +1,73 @@
+"""Every selection of one evaluation against its maj@n, on the same candidates:
+`acesql eval --selections RUN`.
+
+    print(selection_report(load_rows("results/heldout/prm-test_ood")))
+
+An evaluation with candidates (`--selection maj | r3 | prm`) scores, per question, several
+ways of choosing among the same n samples (`acesql.eval.selection`). Because they share the
+candidates, their differences are paired by construction: this table puts each beside maj@n
+(the ACE-SQL paper's test-time scaling) with the 95% bootstrap interval of the difference,
+the discordant counts and the exact McNemar p-value (`acesql.eval.paired`), and each one's
+accuracy on the questions whose pool holds a correct candidate (`given recall`: what the
+selection itself is worth, apart from what the sampling found). Questions without candidates
+(unusable ones) are left out.
+"""
+
+from __future__ import annotations
+
+from acesql.eval.paired import paired_difference
+
+BASELINE = ("maj_match", "maj@n")
+# row field -> label: the other ways of answering, in the order the table shows them
+SELECTIONS = (
+    ("pipeline_match", "greedy pipeline"),
+    ("point_match", "pointwise best-of-n"),
+    ("r3_match", "r3 ranking"),
+    ("r3rs_match", "r3 + resampling"),
+    ("prm_match", "PRM best-of-n"),
+    ("oracle_match", "any candidate right"),
+)
+
+
+def selection_report(splits: dict[str, list[dict]]) -> str:
+    """Per split, each selection found in the rows against maj@n (see the module doc);
+    empty when no row has candidates."""
+    blocks = []
+    for split, rows in splits.items():
+        rows = [r for r in rows if r.get(BASELINE[0]) is not None]
+        if rows:
+            blocks.append(_split_table(split, rows))
+    return "\n\n".join(blocks)
+
+
+def _split_table(split: str, rows: list[dict]) -> str:
+    k = rows[0].get("maj_k", "n")
+    recalled = [r for r in rows if r.get("oracle_match")]
+    lines = [
+        f"{split}: {len(rows)} questions, {k} candidates each; paired against maj@n",
+        f"{'':<22}{'EX':>7}{'- maj@n':>9}{'95% interval':>18}{'maj only':>10}{'it only':>9}"
+        f"{'McNemar p':>11}{'given recall':>14}",
+        _line(BASELINE[1], rows, BASELINE[0], None, recalled),
+    ]
+    for field, label in SELECTIONS:
+        if any(r.get(field) is not None for r in rows):
+            lines.append(_line(label.replace("-n", f"-{k}"), rows, field, BASELINE[0], recalled))
+    return "\n".join(lines)
+
+
+def _line(label, rows, field, baseline, recalled) -> str:
+    mine = [bool(r.get(field)) for r in rows]
+    share = f"{100 * sum(mine) / len(mine):>6.1f}%"
+    given = (
+        f"{sum(bool(r.get(field)) for r in recalled)}/{len(recalled)}"
+        if recalled and field != "oracle_match"
+        else ""
+    )
+    if baseline is None:
+        return f"{label:<22}{share}{'':>57}{given:>14}"
+    r = paired_difference([bool(x.get(baseline)) for x in rows], mine)
+    interval = f"[{100 * r.low:+.1f}, {100 * r.high:+.1f}]"
+    return (
+        f"{label:<22}{share}{100 * r.diff:>+9.1f}{interval:>18}{r.only_a:>10}{r.only_b:>9}"
+        f"{r.p_value:>11.3g}{given:>14}"
+    )
