@@ -16,14 +16,33 @@ def chain(gold: str, final: str) -> str:
     return f"WITH\n-- step: the answer\nstep1 AS ({gold})\n-- final: it\n{final}"
 
 
-class Scripted(RoleEngine):
-    """Retriever: the gold columns. Sampled chains: the gold as one step then its rows (right),
-    the same step then no rows (wrong), and a query without steps (malformed). Continuations
-    of a prefix: one right, one wrong."""
+def chains(ex):
+    """The gold as one step then its rows (right), the same step then no rows (wrong), and a
+    query without steps (malformed)."""
+    return [
+        sql_answer(chain(ex.sql, "SELECT * FROM step1")),
+        sql_answer(chain(ex.sql, "SELECT * FROM step1 LIMIT 0")),
+        sql_answer("SELECT 1"),
+    ]
 
-    def __init__(self, examples):
+
+def plain_sql(ex):
+    """Plain SQL: the gold read through a derived table (right), the same then no rows
+    (wrong), and a statement that does not parse."""
+    return [
+        sql_answer(f"SELECT * FROM ({ex.sql}) AS sub"),
+        sql_answer(f"SELECT * FROM ({ex.sql}) AS sub LIMIT 0"),
+        sql_answer("SELEC oops"),
+    ]
+
+
+class Scripted(RoleEngine):
+    """Retriever: the gold columns. Sampled answers: `answers(ex)`. Continuations of a
+    prefix: one right, one wrong."""
+
+    def __init__(self, examples, answers=chains):
         super().__init__(examples, self._generator)
-        self.calls = []
+        self.answers, self.calls = answers, []
 
     def _generator(self, ex, n, options):
         if self.prompt.rstrip().endswith(")"):  # a prefix to continue
@@ -33,11 +52,7 @@ class Scripted(RoleEngine):
                 "\n-- final: none\nSELECT * FROM step1 LIMIT 0\n```",
             ][:n]
         self.calls.append(("sample", n))
-        return [
-            sql_answer(chain(ex.sql, "SELECT * FROM step1")),
-            sql_answer(chain(ex.sql, "SELECT * FROM step1 LIMIT 0")),
-            sql_answer("SELECT 1"),
-        ][:n]
+        return self.answers(ex)[:n]
 
 
 def test_step_labels_back_up_every_leaf_under_a_prefix(synth_dir, tiny_model_dir):
@@ -154,23 +169,6 @@ def test_a_direct_answer_is_seen_as_a_chain_that_keeps_its_result(school_db):
     assert bad is None and empty is None
 
 
-class DirectScripted(RoleEngine):
-    """Retriever: the gold columns. Sampled answers, plain SQL: the gold read through a derived
-    table (right), the same then no rows (wrong), and a statement that does not parse."""
-
-    def __init__(self, examples):
-        super().__init__(examples, self._generator)
-        self.calls = []
-
-    def _generator(self, ex, n, options):
-        self.calls.append(n)
-        return [
-            sql_answer(f"SELECT * FROM ({ex.sql}) AS sub"),
-            sql_answer(f"SELECT * FROM ({ex.sql}) AS sub LIMIT 0"),
-            sql_answer("SELEC oops"),
-        ][:n]
-
-
 def test_step_labels_of_a_direct_policy_come_from_its_sampled_answers(synth_dir, tiny_model_dir):
     from acesql.models.base_model import load_tokenizer
     from acesql.models.prompts import PromptBuilder
@@ -181,13 +179,13 @@ def test_step_labels_of_a_direct_policy_come_from_its_sampled_answers(synth_dir,
         if e.unusable is None and ";" not in e.sql
     ][:2]
     prompts = PromptBuilder(load_tokenizer(tiny_model_dir), sql_format="direct")
-    engine = DirectScripted(examples)
+    engine = Scripted(examples, plain_sql)
     with BatchExecutor(workers=0) as executor:
         records, stats = label_steps(
             examples, engine, prompts, executor, trajectories=3, completions=2
         )
     got = stats.to_dict()
-    assert engine.calls == [3, 3]  # sampled once per question, no prefix continued
+    assert engine.calls == [("sample", 3)] * 2  # no prefix continued
     assert got["trajectories"] == 6 and got["malformed"] == 2
     assert got["leaves"] == 4 and got["leaf_accuracy"] == 0.5
     assert {r["view"] for r in records} == {"direct"}

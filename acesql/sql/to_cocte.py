@@ -45,11 +45,8 @@ def to_cocte(sql: str, schema: Schema | None = None) -> str | None:
     -- final: name of singer_rows
     SELECT name FROM singer_rows AS singer
     """
-    try:
-        tree = sqlglot.parse_one(sql, read=DIALECT)
-    except sqlglot.errors.ParseError:
-        return None
-    if not isinstance(tree, exp.Query):
+    tree = _query(sql)
+    if tree is None:
         return None
     taken = {t.name.lower() for t in schema.tables} if schema else set()
     steps: list[CocteStep] = []
@@ -93,16 +90,22 @@ def one_step_cocte(sql: str, schema: Schema | None = None) -> str | None:
     -- final: all of answer
     SELECT * FROM answer
     """
-    try:
-        tree = sqlglot.parse_one(sql, read=DIALECT)
-    except sqlglot.errors.ParseError:
-        return None
-    if not isinstance(tree, exp.Query):
+    tree = _query(sql)
+    if tree is None:
         return None
     taken = {t.name.lower() for t in schema.tables} if schema else set()
     name = _fresh("answer", taken)
     step = CocteStep(name, describe(tree), tree.sql(dialect=DIALECT, comments=False))
     return render_cocte([step], f"SELECT * FROM {name}", f"all of {name}")
+
+
+def _query(sql: str) -> exp.Query | None:
+    """The parsed query, or None when `sql` does not parse or is not a query."""
+    try:
+        tree = sqlglot.parse_one(sql, read=DIALECT)
+    except sqlglot.errors.ParseError:
+        return None
+    return tree if isinstance(tree, exp.Query) else None
 
 
 def describe(query: exp.Expression) -> str:
