@@ -36,6 +36,12 @@ def plain_sql(ex):
     ]
 
 
+def two_questions(synth_dir):
+    """Two usable train questions whose gold is one statement."""
+    examples = load_dataset(synth_dir, "synth", "train").examples
+    return [e for e in examples if e.unusable is None and ";" not in e.sql][:2]
+
+
 class Scripted(RoleEngine):
     """Retriever: the gold columns. Sampled answers: `answers(ex)`. Continuations of a
     prefix: one right, one wrong."""
@@ -59,11 +65,7 @@ def test_step_labels_back_up_every_leaf_under_a_prefix(synth_dir, tiny_model_dir
     from acesql.models.base_model import load_tokenizer
     from acesql.models.prompts import PromptBuilder
 
-    examples = [
-        e
-        for e in load_dataset(synth_dir, "synth", "train").examples
-        if e.unusable is None and ";" not in e.sql
-    ][:2]
+    examples = two_questions(synth_dir)
     prompts = PromptBuilder(load_tokenizer(tiny_model_dir), sql_format="cocte")
     engine = Scripted(examples)
     with BatchExecutor(workers=0) as executor:
@@ -173,11 +175,7 @@ def test_step_labels_of_a_direct_policy_come_from_its_sampled_answers(synth_dir,
     from acesql.models.base_model import load_tokenizer
     from acesql.models.prompts import PromptBuilder
 
-    examples = [
-        e
-        for e in load_dataset(synth_dir, "synth", "train").examples
-        if e.unusable is None and ";" not in e.sql
-    ][:2]
+    examples = two_questions(synth_dir)
     prompts = PromptBuilder(load_tokenizer(tiny_model_dir), sql_format="direct")
     engine = Scripted(examples, plain_sql)
     with BatchExecutor(workers=0) as executor:
@@ -347,11 +345,7 @@ def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth
     from acesql.models.prompts import PromptBuilder
     from tests.test_ranking import ChatTokenizer
 
-    examples = [
-        e
-        for e in load_dataset(synth_dir, "synth", "train").examples
-        if e.unusable is None and ";" not in e.sql
-    ][:2]
+    examples = two_questions(synth_dir)
 
     class Engine(Scripted):
         def generate(self, prompts, n=1, **kw):
