@@ -72,7 +72,9 @@ def work(s: dict, tracker) -> dict:
 
 
 def plot_calibration(metrics: dict, path: Path) -> None:
-    """Mean label against mean score per bin, before and after training, and the diagonal."""
+    """Mean label against mean score per bin, before and after training, and the diagonal;
+    each point's area grows with its bin's records, and the count is written beside it (a
+    bin of one record moves the line as much as one of a hundred)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -84,17 +86,23 @@ def plot_calibration(metrics: dict, path: Path) -> None:
         bins = metrics.get(f"calibration_{when}") or []
         if bins:
             ece = metrics.get(f"held_out_{when}/ece")
-            ax.plot(
-                [b["score"] for b in bins],
-                [b["label"] for b in bins],
-                marker="o",
-                color=color,
-                label=f"{when} training (ECE {ece})",
-            )
+            xs, ys = [b["score"] for b in bins], [b["label"] for b in bins]
+            ax.plot(xs, ys, color=color, linewidth=1, label=f"{when} training (ECE {ece})")
+            top = max(b["n"] for b in bins)
+            ax.scatter(xs, ys, s=[12 + 150 * b["n"] / top for b in bins], color=color, zorder=3)
+            for x, y, b in zip(xs, ys, bins):
+                ax.annotate(
+                    str(b["n"]),
+                    (x, y),
+                    xytext=(4, -10),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color=color,
+                )
     ax.set_xlabel("R_phi score (bin mean)")
     ax.set_ylabel("Monte Carlo label sigma (bin mean)")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
+    ax.set_xlim(-0.03, 1.03)
+    ax.set_ylim(-0.03, 1.03)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
