@@ -140,6 +140,7 @@ def test_the_score_model_learns_its_labels_and_reports_held_out_auc(tiny_model_d
     assert sum(metrics["losses"][-3:]) < sum(metrics["losses"][:3])  # it fits its labels
     assert metrics["held_out_before/records"] == metrics["held_out_after/records"] == 4
     assert 0.0 <= metrics["held_out_after/auc"] <= 1.0
+    assert metrics["held_out_after/auc_within_question"] is None  # one record per question
     assert sum(b["n"] for b in metrics["calibration_after"]) == 4
     again = TrajectoryScorer.load(tmp_path / "prm", max_length=256)
     scores = again.score(held)

@@ -12,7 +12,8 @@ plain text, so no embedding is added to the base model). The model is the base c
 a linear head on the last token's hidden state (transformers' sequence classification head,
 one label), trained with binary cross-entropy against the soft labels sigma. Reported on
 held-out records (their questions never seen in training): the loss, the AUC of the scores
-against sigma >= 0.5, and a calibration curve (mean score against mean sigma per bin of
+against sigma >= 0.5 (over all pairs, and over pairs of one question only, the ranking
+best-of-n relies on), and a calibration curve (mean score against mean sigma per bin of
 scores, with the expected calibration error). The saved model records the view of its
 records (`prm.json`): chains a CoCTE policy wrote, or plain SQL seen as chains
 (`acesql.prm.view`); it scores candidates of that kind only.
@@ -76,6 +77,24 @@ def auc(scores: list[float], positive: list[bool]) -> float | None:
         return None
     wins = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg)
     return wins / (len(pos) * len(neg))
+
+
+def auc_within(scores: list[float], positive: list[bool], groups: list) -> float | None:
+    """The AUC over pairs from the same group only (a right and a wrong record of one
+    question): what best-of-n needs, which never compares two questions. None without such
+    a pair.
+
+    >>> auc_within([0.9, 0.8, 0.3, 0.1], [True, False, True, False], ["a", "a", "b", "b"])
+    1.0
+    """
+    wins = pairs = 0.0
+    by_group: dict = {}
+    for score, pos, group in zip(scores, positive, groups):
+        by_group.setdefault(group, ([], []))[0 if pos else 1].append(score)
+    for pos, neg in by_group.values():
+        wins += sum((a > b) + 0.5 * (a == b) for a in pos for b in neg)
+        pairs += len(pos) * len(neg)
+    return wins / pairs if pairs else None
 
 
 def calibration(scores: list[float], labels: list[float], bins: int = CALIBRATION_BINS) -> dict:
@@ -183,11 +202,14 @@ def held_out_metrics(scorer: TrajectoryScorer, records: list[dict]) -> dict:
         for s, y in zip(scores, labels)
     ) / len(records)
     cal = calibration(scores, labels)
-    area = auc(scores, [y >= 0.5 for y in labels])
+    positive = [y >= 0.5 for y in labels]
+    area = auc(scores, positive)
+    within = auc_within(scores, positive, [r.get("key") for r in records])
     return {
         "records": len(records),
         "loss": round(loss, 4),
         "auc": round(area, 4) if area is not None else None,
+        "auc_within_question": round(within, 4) if within is not None else None,
         "ece": round(cal["ece"], 4),
         "calibration": cal["bins"],
     }
