@@ -124,6 +124,45 @@ def test_ask_selects_by_majority_and_greedy(school_db):
     assert [g["size"] for g in voted.groups] == [1, 2]  # the failed candidate is in no group
 
 
+def test_ask_keeps_the_candidate_its_process_scorer_rewards_most(school_db):
+    from acesql.config import SelectionSection
+    from acesql.errors import ConfigError
+    from acesql.models.prompts import PromptBuilder
+    from acesql.prm.select import ProcessScorer
+    from acesql.ranking.ask import ask
+    from acesql.sql.batch_executor import BatchExecutor
+
+    class ByRows:
+        """R_phi stand-in, trained on plain SQL: the larger a final result, the higher."""
+
+        view = "direct"
+
+        def score(self, records):
+            return [0.9 if r["final"] and "60" in r["final"]["result"] else 0.1 for r in records]
+
+    engine = AskEngine(
+        "SELECT COUNT(*) FROM course",
+        ["SELECT COUNT(*) FROM student WHERE age > 100", "SELECT COUNT(*) FROM student"],
+    )
+    selection = SelectionSection(method="prm", candidates=3)
+    question = "How many students are there?"
+    with BatchExecutor(workers=0) as executor:
+        scorer = ProcessScorer(ByRows(), None, executor)
+        answer = ask(
+            engine,
+            PromptBuilder(ChatTokenizer()),
+            school_db,
+            question,
+            selection,
+            process_scorer=scorer,
+        )
+        assert answer.sql == "SELECT COUNT(*) FROM student" and answer.result.rows == [(60,)]
+        assert answer.groups[0] == {"members": [2], "process_reward": 0.5}  # (0.1 + 0.9) / 2
+        with pytest.raises(ConfigError, match="prompt.sql_format to direct"):
+            cocte = PromptBuilder(ChatTokenizer(), sql_format="cocte")
+            ask(engine, cocte, school_db, question, selection, process_scorer=scorer)
+
+
 def test_ask_command_is_read_only_and_says_what_is_wrong(school_db, tiny_model_dir, tmp_path):
     import hashlib
     import sqlite3
