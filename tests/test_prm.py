@@ -372,6 +372,8 @@ def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth
             process_scorer=ByOrder(),
         )
     assert all(r["prm_scored"] == 2 and r["prm_sql"].endswith("LIMIT 0") for r in rows)
+    assert all(r["prm_rewards"] == [0.4, 0.8, None] for r in rows)  # each candidate's, kept
+    assert all(r["prm_votes"] == 1 for r in rows)  # no other candidate returns no rows
     assert summary["prm_ex"] == 0.0 and summary["oracle_ex"] == 1.0
     assert summary["prm_given_recall"] == 0.0
 

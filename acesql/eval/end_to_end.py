@@ -20,6 +20,7 @@ from __future__ import annotations
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache, gold_columns
 from acesql.errors import ConfigError, SqlParseError
+from acesql.eval.majority import group_results
 from acesql.eval.metrics import failure_category, summarize
 from acesql.eval.selection import ranked_fields, vote_fields
 from acesql.models.prompts import PromptBuilder
@@ -144,10 +145,14 @@ def evaluate_examples(
                     ex.question, schema_text, ex.evidence, ex.db_path, outputs
                 )
                 best = best_of_n(rewards)
+                groups = group_results(sqls, [v.pred for v in verdicts], mode)
                 row.update(
                     prm_sql=sqls[best] if best is not None else None,
                     prm_match=bool(best is not None and verdicts[best].match.match),
                     prm_scored=sum(r is not None for r in rewards),
+                    prm_rewards=[None if r is None else round(r, 4) for r in rewards],
+                    # candidates sharing the pick's result: 1 is an answer no other sample gave
+                    prm_votes=next((len(g) for g in groups if best in g), 0),
                 )
         if selection and selection.get("method") == "r3":
             contexts = [
