@@ -22,10 +22,7 @@ from acesql.sql.to_cocte import one_step_cocte, to_cocte
 
 def chain_views(items, executor) -> list[CocteParse | None]:
     """`items`: (db_path, sql, schema or None). The chain of each sql, in input order."""
-    staged, fallback = [], []
-    for _, sql, schema in items:
-        staged.append(_parse(_rewrite(to_cocte, sql, schema), schema))
-        fallback.append(_parse(_rewrite(one_step_cocte, sql, schema), schema))
+    staged = [_parse(_rewrite(to_cocte, sql, schema), schema) for _, sql, schema in items]
     checks = [(i, db, p.sql, sql) for i, ((db, sql, _), p) in enumerate(zip(items, staged)) if p]
     verdicts = executor.match_many([(db, chain, sql) for _, db, chain, sql in checks], "multiset")
     same = {i for (i, *_), v in zip(checks, verdicts) if v.match.match}
@@ -38,7 +35,10 @@ def chain_views(items, executor) -> list[CocteParse | None]:
     ]
     ran = executor.execute_many([(db, sql) for _, db, sql in prefixes])
     same -= {i for (i, _, _), result in zip(prefixes, ran) if not result.ok}
-    return [staged[i] if i in same else fallback[i] for i in range(len(items))]
+    return [
+        staged[i] if i in same else _parse(_rewrite(one_step_cocte, sql, schema), schema)
+        for i, (_, sql, schema) in enumerate(items)
+    ]
 
 
 def _rewrite(rewrite, sql: str, schema) -> str | None:
