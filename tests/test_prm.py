@@ -286,7 +286,7 @@ class FixedScorer:
 
 
 def test_process_rewards_weight_prefix_scores_by_the_sampled_tokens_entropy(
-    school_db, tiny_model_dir
+    school_db, schemas, tiny_model_dir
 ):
     import math
 
@@ -304,7 +304,12 @@ def test_process_rewards_weight_prefix_scores_by_the_sampled_tokens_entropy(
     fixed = FixedScorer()
     with BatchExecutor(workers=0) as executor:
         rewards = ProcessScorer(fixed, tokenizer, executor).rewards(
-            "How many?", "student(StudentID)", "", school_db, [chain, flat]
+            "How many?",
+            "student(StudentID)",
+            "",
+            school_db,
+            [chain, flat],
+            schema=schemas["school"],
         )
     # every token's -log p is 1: the step and the final query each have entropy 1, so the
     # cumulative entropies 1 and 2 normalise to .5 and 1
@@ -317,7 +322,9 @@ def test_process_rewards_weight_prefix_scores_by_the_sampled_tokens_entropy(
     assert prefix["steps"][0]["name"] == "step1" and prefix["steps"][0]["result"]
 
 
-def test_a_direct_score_model_reads_plain_sql_through_its_chain_view(school_db, tiny_model_dir):
+def test_a_direct_score_model_reads_plain_sql_through_its_chain_view(
+    school_db, schemas, tiny_model_dir
+):
     from acesql.errors import ConfigError
     from acesql.models.base_model import load_tokenizer
     from acesql.prm.select import ProcessScorer
@@ -330,7 +337,9 @@ def test_a_direct_score_model_reads_plain_sql_through_its_chain_view(school_db, 
     broken = Completion("```sql\nSELEC oops\n```", [1], [-0.1], "stop")
     with BatchExecutor(workers=0) as executor:
         scorer = ProcessScorer(fixed, load_tokenizer(tiny_model_dir), executor)
-        rewards = scorer.rewards("How many?", "student(age)", "", school_db, [right, broken])
+        rewards = scorer.rewards(
+            "How many?", "student(age)", "", school_db, [right, broken], schema=schemas["school"]
+        )
         scorer.require_format("direct")
         with pytest.raises(ConfigError, match="prompt.sql_format to direct"):
             scorer.require_format("cocte")
@@ -357,7 +366,8 @@ def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth
     class ByOrder:
         """Rewards: the second candidate best (the wrong chain), then the first."""
 
-        def rewards(self, question, schema_text, evidence, db_path, outputs):
+        def rewards(self, question, schema_text, evidence, db_path, outputs, *, schema):
+            assert schema.tables  # the database's schema, for the direct view's rewrite
             return [0.4, 0.8, None][: len(outputs)]
 
     prompts = PromptBuilder(ChatTokenizer(), sql_format="cocte")
@@ -397,8 +407,8 @@ def test_grpo_adds_the_process_reward_to_the_outcome_for_chains_only(
     trainer = grpo_trainer(tiny_model_dir, examples, tmp_path, cfg, sql_format="cocte")
 
     class Halves:  # R_proc 0.5 for the first output of each question, no chain for the rest
-        def rewards(self, question, schema_text, evidence, db_path, outputs):
-            assert question in {e.question for e in examples} and schema_text
+        def rewards(self, question, schema_text, evidence, db_path, outputs, *, schema):
+            assert question in {e.question for e in examples} and schema_text and schema.tables
             return [0.5] + [None] * (len(outputs) - 1)
 
     trainer.scoring.process = Halves()

@@ -70,8 +70,9 @@ class PrmDataSection(Section):
 
     model: str = Field(
         "models/sft",
-        description="The cold-started policy that writes Chain-of-CTE (prompt.sql_format "
-        "cocte when it was trained).",
+        description="The policy whose answers are labelled: one that writes Chain-of-CTE "
+        "(prompt.sql_format cocte when it was trained) for sql_format cocte, plain SQL for "
+        "direct.",
     )
     sql_format: Literal["cocte", "direct"] = Field(
         "cocte",
@@ -86,7 +87,9 @@ class PrmDataSection(Section):
         0.2, ge=0, lt=1, description="Share of the questions kept for held-out records."
     )
     trajectories: int = Field(8, ge=1, description="Chains sampled per question (the seed: 8).")
-    completions: int = Field(4, ge=1, description="Continuations sampled from every prefix.")
+    completions: int = Field(
+        4, ge=1, description="Continuations sampled from every prefix (cocte; direct has none)."
+    )
     match_mode: MatchMode = Field("multiset", description="Execution match against the gold.")
     timeout_s: float = Field(30.0, gt=0, description="SQL execution timeout.")
     generation: GenerationSection = Field(

@@ -91,8 +91,8 @@ class GrpoSection(Section):
     generator_reward: Literal["outcome", "process"] = Field(
         "outcome",
         description="outcome: execution match (R_out, the paper's); process: R_proc + R_out, "
-        "Reward-SQL's composite, from the frozen score model at prm_model (the generator "
-        "writes Chain-of-CTE: prompt.sql_format cocte).",
+        "Reward-SQL's composite, from the frozen score model at prm_model (trained on what "
+        "the generator writes: prompt.sql_format equal to its prm_data.sql_format).",
     )
     prm_model: str = Field(
         "models/prm", description="The process reward's score model (generator_reward: process)."

@@ -140,9 +140,10 @@ def evaluate_examples(
             if process_scorer is None:
                 raise ConfigError("selection prm needs the process scorer (the prm model)")
             for ex, row, (sqls, verdicts), outputs in zip(examples, rows, pools, samples):
-                schema_text = prompts.schema_text(schemas(ex), row["retrieved_columns"])
+                schema = schemas(ex)
+                schema_text = prompts.schema_text(schema, row["retrieved_columns"])
                 rewards = process_scorer.rewards(
-                    ex.question, schema_text, ex.evidence, ex.db_path, outputs
+                    ex.question, schema_text, ex.evidence, ex.db_path, outputs, schema=schema
                 )
                 best = best_of_n(rewards)
                 groups = group_results(sqls, [v.pred for v in verdicts], mode)

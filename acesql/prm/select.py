@@ -1,7 +1,7 @@
 """PRM best-of-N: each Chain-of-CTE candidate scored by its process reward, the best kept.
 
     scorer = ProcessScorer(TrajectoryScorer.load("models/prm"), policy_tokenizer, executor)
-    rewards = scorer.rewards(question, schema_text, evidence, db_path, completions)
+    rewards = scorer.rewards(question, schema_text, evidence, db_path, completions, schema=schema)
     best = best_of_n(rewards)        # index of the highest R_proc; None when none is scored
 
 A candidate's prefixes are its CTE steps one by one and then the whole chain with its final
@@ -88,7 +88,6 @@ class ProcessScorer:
     def __init__(self, scorer, tokenizer, executor):
         self.scorer, self.tokenizer, self.executor = scorer, tokenizer, executor
         self.view = getattr(scorer, "view", "cocte")
-        self._schemas: dict[str, Schema] = {}
 
     def require_format(self, sql_format: str) -> None:
         """Fail unless the policy writes what the score model was trained to read."""
@@ -99,12 +98,13 @@ class ProcessScorer:
                 f"score model on this policy (prm_data.sql_format: {sql_format})"
             )
 
-    def rewards(self, question, schema_text, evidence, db_path, completions) -> list:
+    def rewards(self, question, schema_text, evidence, db_path, completions, *, schema) -> list:
         """One R_proc per completion (None for a candidate that is not a well-formed chain,
-        or, in the direct view, not one query)."""
+        or, in the direct view, not one query). `schema`: the database's `Schema`, which the
+        direct view rewrites each query against."""
         prepared = [
             self._prefixes(question, schema_text, evidence, db_path, parse, c) if parse else None
-            for parse, c in zip(self._chains(db_path, completions), completions)
+            for parse, c in zip(self._chains(db_path, completions, schema), completions)
         ]
         records = [r for p in prepared if p for r in p[0]]
         scores = iter(self.scorer.score(records)) if records else iter(())
@@ -117,15 +117,12 @@ class ProcessScorer:
             out.append(process_reward(mine, inverse_entropy_weights(p[1])))
         return out
 
-    def _chains(self, db_path, completions) -> list:
+    def _chains(self, db_path, completions, schema: Schema) -> list:
         """Each completion's chain: as written (cocte), or its SQL seen as one (direct)."""
         if self.view == "cocte":
             parses = [parse_cocte(c.text) for c in completions]
             return [p if p.ok else None for p in parses]
-        key = str(db_path)
-        if key not in self._schemas:
-            self._schemas[key] = Schema.from_sqlite(db_path, n_samples=0)
-        items = [(db_path, parse_sql(c.text) or "", self._schemas[key]) for c in completions]
+        items = [(db_path, parse_sql(c.text) or "", schema) for c in completions]
         return chain_views(items, self.executor)
 
     def _prefixes(self, question, schema_text, evidence, db_path, parse, completion):

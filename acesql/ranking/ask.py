@@ -118,7 +118,7 @@ def ask(
         index = 0 if sqls[0] else None
     elif selection.method == "prm":
         rewards = process_scorer.rewards(
-            question, prompts.schema_text(schema, columns), "", db_path, outputs
+            question, prompts.schema_text(schema, columns), "", db_path, outputs, schema=schema
         )
         index = best_of_n(rewards)
         answer.groups = [

@@ -123,9 +123,10 @@ class StepScorer:
             ]
             if self.process is not None:
                 ex = r.example
-                schema_text = self.prompts.schema_text(self.schemas(ex), r.schema_columns)
+                schema = self.schemas(ex)
+                schema_text = self.prompts.schema_text(schema, r.schema_columns)
                 process = self.process.rewards(
-                    ex.question, schema_text, ex.evidence, ex.db_path, r.generator
+                    ex.question, schema_text, ex.evidence, ex.db_path, r.generator, schema=schema
                 )
                 rewards = [o + (p or 0.0) for o, p in zip(rewards, process)]
             out["generator"].append(rewards)
