@@ -364,28 +364,31 @@ def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth
             return super().generate(prompts, n, **kw)
 
     class ByOrder:
-        """Rewards: the second candidate best (the wrong chain), then the first."""
+        """Rewards: the second candidate best (the wrong chain), then the third (the right
+        chain again) and the first."""
 
         def rewards(self, question, schema_text, evidence, db_path, outputs, *, schema):
             assert schema.tables  # the database's schema, for the direct view's rewrite
-            return [0.4, 0.8, None][: len(outputs)]
+            return [0.4, 0.8, 0.5][: len(outputs)]
 
     prompts = PromptBuilder(ChatTokenizer(), sql_format="cocte")
     with BatchExecutor(workers=0) as executor:
         summary, rows = evaluate_examples(
             examples,
-            Engine(examples),
+            Engine(examples, answers=lambda ex: [*chains(ex)[:2], chains(ex)[0]]),
             prompts,
             executor,
             maj_k=3,
             selection={"method": "prm"},
             process_scorer=ByOrder(),
         )
-    assert all(r["prm_scored"] == 2 and r["prm_sql"].endswith("LIMIT 0") for r in rows)
-    assert all(r["prm_rewards"] == [0.4, 0.8, None] for r in rows)  # each candidate's, kept
+    assert all(r["prm_scored"] == 3 and r["prm_sql"].endswith("LIMIT 0") for r in rows)
+    assert all(r["prm_rewards"] == [0.4, 0.8, 0.5] for r in rows)  # each candidate's, kept
     assert all(r["prm_votes"] == 1 for r in rows)  # no other candidate returns no rows
+    # the weighted vote: the right result, 0.4 + 0.5, outweighs the wrong one's 0.8
+    assert all(r["prm_vote_match"] and "LIMIT" not in r["prm_vote_sql"] for r in rows)
     assert summary["prm_ex"] == 0.0 and summary["oracle_ex"] == 1.0
-    assert summary["prm_given_recall"] == 0.0
+    assert summary["prm_given_recall"] == 0.0 and summary["prm_vote_ex"] == 1.0
 
 
 def test_grpo_adds_the_process_reward_to_the_outcome_for_chains_only(

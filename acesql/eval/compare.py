@@ -36,6 +36,7 @@ PAIRED_SCORES = (
     ("r3_match", "r3 ranking EX"),
     ("r3rs_match", "r3 + resampling EX"),
     ("prm_match", "PRM best-of-k EX"),
+    ("prm_vote_match", "PRM-weighted vote EX"),
     ("oracle_match", "candidate recall"),
     ("generator_match", "generator EX"),
     ("recall", "retriever recall"),

@@ -24,7 +24,7 @@ from acesql.eval.majority import group_results
 from acesql.eval.metrics import failure_category, summarize
 from acesql.eval.selection import ranked_fields, vote_fields
 from acesql.models.prompts import PromptBuilder
-from acesql.prm.select import best_of_n
+from acesql.prm.select import best_of_n, weighted_vote
 from acesql.ranking.judge import Context, LetterJudge
 from acesql.ranking.resample import SOURCES, sample_pipeline_prompts
 from acesql.sql.batch_executor import BatchExecutor
@@ -147,6 +147,7 @@ def evaluate_examples(
                 )
                 best = best_of_n(rewards)
                 groups = group_results(sqls, [v.pred for v in verdicts], mode)
+                voted = weighted_vote(groups, rewards)
                 row.update(
                     prm_sql=sqls[best] if best is not None else None,
                     prm_match=bool(best is not None and verdicts[best].match.match),
@@ -154,6 +155,8 @@ def evaluate_examples(
                     prm_rewards=[None if r is None else round(r, 4) for r in rewards],
                     # candidates sharing the pick's result: 1 is an answer no other sample gave
                     prm_votes=next((len(g) for g in groups if best in g), 0),
+                    prm_vote_sql=sqls[voted] if voted is not None else None,
+                    prm_vote_match=bool(voted is not None and verdicts[voted].match.match),
                 )
         if selection and selection.get("method") == "r3":
             contexts = [

@@ -189,7 +189,7 @@ def _selection_scores(voted: list[dict]) -> dict:
     out = {}
     recalled = [r for r in voted if r.get("oracle_match")]
     fields = (("maj", "maj_match"), ("point", "point_match"), ("r3", "r3_match"))
-    for prefix, field in (*fields, ("prm", "prm_match")):
+    for prefix, field in (*fields, ("prm", "prm_match"), ("prm_vote", "prm_vote_match")):
         chosen = [r for r in voted if r.get(field) is not None]
         if not chosen:
             continue

@@ -25,6 +25,7 @@ SELECTIONS = (
     ("r3_match", "r3 ranking"),
     ("r3rs_match", "r3 + resampling"),
     ("prm_match", "PRM best-of-n"),
+    ("prm_vote_match", "PRM-weighted vote"),
     ("oracle_match", "any candidate right"),
 )
 

@@ -3,6 +3,7 @@
     scorer = ProcessScorer(TrajectoryScorer.load("models/prm"), policy_tokenizer, executor)
     rewards = scorer.rewards(question, schema_text, evidence, db_path, completions, schema=schema)
     best = best_of_n(rewards)        # index of the highest R_proc; None when none is scored
+    voted = weighted_vote(groups, rewards)  # the result whose candidates' R_proc sum highest
 
 A candidate's prefixes are its CTE steps one by one and then the whole chain with its final
 query (the seed's T<=d for d up to the last step). Each prefix is shown to R_phi with the
@@ -80,6 +81,26 @@ def best_of_n(rewards: list[float | None]) -> int | None:
     """
     scored = [(r, -i) for i, r in enumerate(rewards) if r is not None]
     return -max(scored)[1] if scored else None
+
+
+def weighted_vote(groups: list[list[int]], rewards: list[float | None]) -> int | None:
+    """The first candidate of the result group whose members' process rewards sum highest
+    (an unscored member adds 0; on ties the group sampled first); None without a group.
+
+    Not the seed's selection (it keeps the single best candidate, `best_of_n`): a vote over
+    execution results, as maj@n, with each vote worth its candidate's R_proc. `groups`:
+    candidate indices sharing a result (`acesql.eval.majority.group_results`).
+
+    >>> weighted_vote([[0, 2], [1]], [0.5, 0.9, 0.5])  # 1.0 against 0.9
+    0
+    >>> weighted_vote([[0, 2], [1]], [0.3, 0.9, None])
+    1
+    >>> weighted_vote([], [None])
+    """
+    if not groups:
+        return None
+    best = max(groups, key=lambda g: (sum(rewards[i] or 0.0 for i in g), -g[0]))
+    return best[0]
 
 
 class ProcessScorer:
