@@ -389,6 +389,8 @@ def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth
     assert all(r["prm_vote_match"] and "LIMIT" not in r["prm_vote_sql"] for r in rows)
     assert summary["prm_ex"] == 0.0 and summary["oracle_ex"] == 1.0
     assert summary["prm_given_recall"] == 0.0 and summary["prm_vote_ex"] == 1.0
+    assert all(r["prm_candidate_match"] == [True, False, True] for r in rows)
+    assert summary["prm_auc_within"] == 0.0  # both right candidates score under the wrong one
 
 
 def test_grpo_adds_the_process_reward_to_the_outcome_for_chains_only(

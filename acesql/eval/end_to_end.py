@@ -153,6 +153,7 @@ def evaluate_examples(
                     prm_match=bool(best is not None and verdicts[best].match.match),
                     prm_scored=sum(r is not None for r in rewards),
                     prm_rewards=[None if r is None else round(r, 4) for r in rewards],
+                    prm_candidate_match=[v.match.match for v in verdicts],
                     # candidates sharing the pick's result: 1 is an answer no other sample gave
                     prm_votes=next((len(g) for g in groups if best in g), 0),
                     prm_vote_sql=sqls[voted] if voted is not None else None,

@@ -9,7 +9,9 @@ Each score comes with the count it is a share of. Overall and per complexity lev
   `r3_given_recall`, `r3_point_spread` and, with resampling, `r3rs_ex`, `r3rs_fired`,
   `r3rs_generated` (candidates per question), `r3rs_oracle_ex` (recall of the pool ranked)
   and `r3rs_drawn_oracle` (recall of the new candidates, on the questions where it fired);
-  with the prm selection `prm_ex` (PRM best-of-k) and `prm_given_recall`;
+  with the prm selection `prm_ex` (PRM best-of-k), `prm_given_recall`, `prm_vote_ex` (the
+  PRM-weighted vote) and `prm_auc_within` (AUC of R_proc, right against wrong candidates of
+  one question);
   `generator_ex`: the generator on the gold columns' schema;
 - retriever: recall, precision, exact set match of the chosen columns against the gold SQL's,
   and `covers_gold` (every gold column chosen);
@@ -26,6 +28,8 @@ Failures are sorted into categories a reader can act on (`failure_category`).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+
+from acesql.prm.quality import auc_within
 
 # what a failed pipeline prediction did wrong, in the order the report lists them
 FAILURE_CATEGORIES = (
@@ -46,6 +50,7 @@ SCORE_LABELS = (
     ("r3_ex", "r3 ranking"),
     ("r3rs_ex", "r3 + resampling"),
     ("prm_ex", "PRM best-of-k"),
+    ("prm_vote_ex", "PRM-weighted vote"),
     ("oracle_ex", "candidate recall"),
     ("generator_ex", "generator EX"),
     ("retriever_recall", "recall"),
@@ -61,7 +66,7 @@ COUNTS = {"usable", "tokens_per_query"}
 CORRECT_OF = {"pipeline_ex": "pipeline_correct", "maj_ex": "maj_correct"}
 CORRECT_OF |= {"point_ex": "point_correct", "r3_ex": "r3_correct", "r3rs_ex": "r3rs_correct"}
 CORRECT_OF["oracle_ex"] = "oracle_correct"
-CORRECT_OF["prm_ex"] = "prm_correct"
+CORRECT_OF |= {"prm_ex": "prm_correct", "prm_vote_ex": "prm_vote_correct"}
 CORRECT_OF["generator_ex"] = "generator_correct"
 
 # difficulty labels of the synthetic data, Spider and BIRD, easiest first; others sort after
@@ -200,6 +205,16 @@ def _selection_scores(voted: list[dict]) -> dict:
     if any("oracle_match" in r for r in voted):
         out["oracle_correct"] = sum(bool(r.get("oracle_match")) for r in voted)
         out["oracle_ex"] = _mean(voted, "oracle_match")
+    # how well R_proc orders the right against the wrong candidates of one question
+    scored = [
+        (reward, right, r["index"])
+        for r in voted
+        for reward, right in zip(r.get("prm_rewards") or (), r.get("prm_candidate_match") or ())
+        if reward is not None
+    ]
+    within = auc_within(*map(list, zip(*scored))) if scored else None
+    if within is not None:
+        out["prm_auc_within"] = round(within, 4)
     spreads = [r for r in voted if r.get("r3_point_spread") is not None]
     if spreads:
         out["r3_point_spread"] = _mean(spreads, "r3_point_spread")

@@ -31,10 +31,10 @@ import torch
 
 from acesql.checkpoint import save_model
 from acesql.errors import ConfigError
+from acesql.prm.quality import auc, auc_within, calibration
 
 STEP_MARKER = "<step>"
 META_FILE = "prm.json"  # beside the weights: the view the model reads (acesql.prm.view)
-CALIBRATION_BINS = 10
 
 
 def render_record(record: dict) -> str:
@@ -63,60 +63,6 @@ def render_record(record: dict) -> str:
         lines.append(f"Result: {final['result']}")
     lines.append(STEP_MARKER)
     return "\n".join(lines)
-
-
-def auc(scores: list[float], positive: list[bool]) -> float | None:
-    """The area under the ROC curve (ties count half); None without both classes.
-
-    >>> auc([0.9, 0.8, 0.3, 0.1], [True, False, True, False])
-    0.75
-    """
-    pos = [s for s, p in zip(scores, positive) if p]
-    neg = [s for s, p in zip(scores, positive) if not p]
-    if not pos or not neg:
-        return None
-    wins = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg)
-    return wins / (len(pos) * len(neg))
-
-
-def auc_within(scores: list[float], positive: list[bool], groups: list) -> float | None:
-    """The AUC over pairs from the same group only (a right and a wrong record of one
-    question): what best-of-n needs, which never compares two questions. None without such
-    a pair.
-
-    >>> auc_within([0.9, 0.8, 0.3, 0.1], [True, False, True, False], ["a", "a", "b", "b"])
-    1.0
-    """
-    wins = pairs = 0.0
-    by_group: dict = {}
-    for score, pos, group in zip(scores, positive, groups):
-        by_group.setdefault(group, ([], []))[0 if pos else 1].append(score)
-    for pos, neg in by_group.values():
-        wins += sum((a > b) + 0.5 * (a == b) for a in pos for b in neg)
-        pairs += len(pos) * len(neg)
-    return wins / pairs if pairs else None
-
-
-def calibration(scores: list[float], labels: list[float], bins: int = CALIBRATION_BINS) -> dict:
-    """Per bin of scores: how many, the mean score and the mean label; and the expected
-    calibration error (the bins' |score - label| weighted by their share).
-
-    >>> c = calibration([0.05, 0.15, 0.95], [0.0, 1.0, 1.0], bins=2)
-    >>> c["bins"], round(c["ece"], 4)
-    ([{'n': 2, 'score': 0.1, 'label': 0.5}, {'n': 1, 'score': 0.95, 'label': 1.0}], 0.2833)
-    """
-    groups: list[list[tuple[float, float]]] = [[] for _ in range(bins)]
-    for s, y in zip(scores, labels):
-        groups[min(bins - 1, int(s * bins))].append((s, y))
-    rows, ece = [], 0.0
-    for g in groups:
-        if not g:
-            continue
-        score = sum(s for s, _ in g) / len(g)
-        label = sum(y for _, y in g) / len(g)
-        rows.append({"n": len(g), "score": round(score, 4), "label": round(label, 4)})
-        ece += len(g) / len(scores) * abs(score - label)
-    return {"bins": rows, "ece": ece}
 
 
 class TrajectoryScorer:
