@@ -797,6 +797,29 @@ def test_compare_takes_pipeline_run_ids_and_says_when_sides_differ(tmp_path):
         load_evaluation(empty, uri)
 
 
+def test_a_selection_some_rows_lack_is_scored_on_the_rows_that_have_it():
+    from acesql.eval.metrics import summarize
+
+    rows = [
+        dict(
+            UNFINISHED_ROW,
+            index=i,
+            pipeline_match=False,
+            generator_match=False,
+            maj_k=4,
+            maj_match=True,
+            oracle_match=i < 3,
+            prm_match=False,
+        )
+        for i in range(4)
+    ]
+    rows[2]["prm_vote_match"], rows[3]["prm_vote_match"] = True, False  # a resumed run's rows
+    out = summarize(rows)
+    assert out["prm_vote_correct"] == 1 and out["prm_vote_ex"] == 0.5
+    assert out["prm_vote_given_recall"] == 1.0  # of its two rows only row 2 has a right one
+    assert out["prm_given_recall"] == 0.0 and out["maj_given_recall"] == 1.0
+
+
 def test_selections_of_one_run_are_paired_against_its_majority_vote(tmp_path):
     from click.testing import CliRunner
 
@@ -816,6 +839,8 @@ def test_selections_of_one_run_are_paired_against_its_majority_vote(tmp_path):
         )
         for i in range(10)
     ]
+    for i in range(5, 10):  # a selection only the later rows of a resumed run have
+        rows[i]["prm_vote_match"] = i in (5, 6)
     rows.append({"db_id": "d", "index": 99, "usable": False, "category": "unusable"})
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -831,6 +856,9 @@ def test_selections_of_one_run_are_paired_against_its_majority_vote(tmp_path):
     greedy = next(x for x in lines if x.startswith("greedy pipeline"))
     assert re.search(r"30\.0%\s+-10\.0\s+\[\S+, \S+\]\s+1\s+0\s+1\s+3/8$", greedy), greedy
     assert "r3 ranking" not in result.output  # no such field in the rows
+    # on its 5 rows: maj@4 right on none, the vote on 2; 3 of them hold a right candidate
+    vote = next(x for x in lines if x.startswith("PRM-weighted vote (5 q)"))
+    assert re.search(r"40\.0%\s+\+40\.0\s+\[\S+, \S+\]\s+0\s+2\s+0\.5\s+2/3$", vote), vote
 
     (tmp_path / "greedy").mkdir()
     plain = [dict(UNFINISHED_ROW, index=i) for i in range(3)]

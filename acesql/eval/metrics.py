@@ -192,7 +192,6 @@ def _selection_scores(voted: list[dict]) -> dict:
     """maj@k and, where the rows have them, r3's choices, each as EX and correct count, and
     as accuracy on the questions with a correct candidate (selection given recall)."""
     out = {}
-    recalled = [r for r in voted if r.get("oracle_match")]
     fields = (("maj", "maj_match"), ("point", "point_match"), ("r3", "r3_match"))
     for prefix, field in (*fields, ("prm", "prm_match"), ("prm_vote", "prm_vote_match")):
         chosen = [r for r in voted if r.get(field) is not None]
@@ -201,7 +200,9 @@ def _selection_scores(voted: list[dict]) -> dict:
         out[f"{prefix}_correct"] = sum(bool(r[field]) for r in chosen)
         out[f"{prefix}_ex"] = _mean(chosen, field)
         if prefix != "point" and any("oracle_match" in r for r in chosen):
-            out[f"{prefix}_given_recall"] = _mean(recalled, field)
+            out[f"{prefix}_given_recall"] = _mean(
+                [r for r in chosen if r.get("oracle_match")], field
+            )
     if any("oracle_match" in r for r in voted):
         out["oracle_correct"] = sum(bool(r.get("oracle_match")) for r in voted)
         out["oracle_ex"] = _mean(voted, "oracle_match")

@@ -10,7 +10,8 @@ candidates, their differences are paired by construction: this table puts each b
 the discordant counts and the exact McNemar p-value (`acesql.eval.paired`), and each one's
 accuracy on the questions whose pool holds a correct candidate (`given recall`: what the
 selection itself is worth, apart from what the sampling found). Questions without candidates
-(unusable ones) are left out.
+(unusable ones) are left out. A selection that some rows lack (a resumed run whose first rows
+were written before it existed) is compared on the rows that have it, their count shown.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 from acesql.eval.paired import paired_difference
 
 BASELINE = ("maj_match", "maj@n")
+LABEL = 30  # width of the first column
 # row field -> label: the other ways of answering, in the order the table shows them
 SELECTIONS = (
     ("pipeline_match", "greedy pipeline"),
@@ -43,32 +45,38 @@ def selection_report(splits: dict[str, list[dict]]) -> str:
 
 def _split_table(split: str, rows: list[dict]) -> str:
     k = rows[0].get("maj_k", "n")
-    recalled = [r for r in rows if r.get("oracle_match")]
     lines = [
         f"{split}: {len(rows)} questions, {k} candidates each; paired against maj@n",
-        f"{'':<22}{'EX':>7}{'- maj@n':>9}{'95% interval':>18}{'maj only':>10}{'it only':>9}"
-        f"{'McNemar p':>11}{'given recall':>14}",
-        _line(BASELINE[1], rows, BASELINE[0], None, recalled),
+        f"{'':<{LABEL}}{'EX':>7}{'- maj@n':>9}{'95% interval':>18}{'maj only':>10}"
+        f"{'it only':>9}{'McNemar p':>11}{'given recall':>14}",
+        _line(BASELINE[1], rows, BASELINE[0], None),
     ]
     for field, label in SELECTIONS:
-        if any(r.get(field) is not None for r in rows):
-            lines.append(_line(label.replace("-n", f"-{k}"), rows, field, BASELINE[0], recalled))
+        # rows written before a field existed lack it: such a selection is paired with
+        # maj@n on the questions it scored, their count beside its name
+        scored = [r for r in rows if r.get(field) is not None]
+        if scored:
+            label = label.replace("-n", f"-{k}")
+            if len(scored) < len(rows):
+                label += f" ({len(scored)} q)"
+            lines.append(_line(label, scored, field, BASELINE[0]))
     return "\n".join(lines)
 
 
-def _line(label, rows, field, baseline, recalled) -> str:
+def _line(label, rows, field, baseline) -> str:
     mine = [bool(r.get(field)) for r in rows]
     share = f"{100 * sum(mine) / len(mine):>6.1f}%"
+    recalled = [r for r in rows if r.get("oracle_match")]
     given = (
         f"{sum(bool(r.get(field)) for r in recalled)}/{len(recalled)}"
         if recalled and field != "oracle_match"
         else ""
     )
     if baseline is None:
-        return f"{label:<22}{share}{'':>57}{given:>14}"
+        return f"{label:<{LABEL}}{share}{'':>57}{given:>14}"
     r = paired_difference([bool(x.get(baseline)) for x in rows], mine)
     interval = f"[{100 * r.low:+.1f}, {100 * r.high:+.1f}]"
     return (
-        f"{label:<22}{share}{100 * r.diff:>+9.1f}{interval:>18}{r.only_a:>10}{r.only_b:>9}"
-        f"{r.p_value:>11.3g}{given:>14}"
+        f"{label:<{LABEL}}{share}{100 * r.diff:>+9.1f}{interval:>18}{r.only_a:>10}"
+        f"{r.only_b:>9}{r.p_value:>11.3g}{given:>14}"
     )
