@@ -20,11 +20,9 @@ from __future__ import annotations
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache, gold_columns
 from acesql.errors import ConfigError, SqlParseError
-from acesql.eval.majority import group_results
 from acesql.eval.metrics import failure_category, summarize
-from acesql.eval.selection import ranked_fields, vote_fields
+from acesql.eval.selection import prm_fields, ranked_fields, vote_fields
 from acesql.models.prompts import PromptBuilder
-from acesql.prm.select import best_of_n, weighted_vote
 from acesql.ranking.judge import Context, LetterJudge
 from acesql.ranking.resample import SOURCES, sample_pipeline_prompts
 from acesql.sql.batch_executor import BatchExecutor
@@ -145,20 +143,7 @@ def evaluate_examples(
                 rewards = process_scorer.rewards(
                     ex.question, schema_text, ex.evidence, ex.db_path, outputs, schema=schema
                 )
-                best = best_of_n(rewards)
-                groups = group_results(sqls, [v.pred for v in verdicts], mode)
-                voted = weighted_vote(groups, rewards)
-                row.update(
-                    prm_sql=sqls[best] if best is not None else None,
-                    prm_match=bool(best is not None and verdicts[best].match.match),
-                    prm_scored=sum(r is not None for r in rewards),
-                    prm_rewards=[None if r is None else round(r, 4) for r in rewards],
-                    prm_candidate_match=[v.match.match for v in verdicts],
-                    # candidates sharing the pick's result: 1 is an answer no other sample gave
-                    prm_votes=next((len(g) for g in groups if best in g), 0),
-                    prm_vote_sql=sqls[voted] if voted is not None else None,
-                    prm_vote_match=bool(voted is not None and verdicts[voted].match.match),
-                )
+                row.update(prm_fields(sqls, verdicts, rewards, mode))
         if selection and selection.get("method") == "r3":
             contexts = [
                 Context(

@@ -2,6 +2,7 @@
 
     fields = vote_fields(sqls, verdicts, mode)                  # maj@n and candidate recall
     fields |= ranked_fields(context, sqls, verdicts, judge, mode, tau=0.05)   # r3
+    fields |= prm_fields(sqls, verdicts, rewards, mode)                     # PRM best-of-n
 
 Every candidate has already been executed and matched (`BatchExecutor.match_many`), so each
 method's answer is scored by looking its verdict up; nothing is run twice. On the same n
@@ -16,14 +17,17 @@ candidates:
   inconsistency that judging groups instead of single candidates removes;
 - `r3rs_*` (when `resample` is given): ranking after agentic resampling, with whether the
   auditor fired, how many candidates were generated, the recall of the pool ranked and,
-  when it fired, of the new candidates alone (before the pointwise cut to n).
+  when it fired, of the new candidates alone (before the pointwise cut to n);
+- `prm_*`: PRM best-of-n (Reward-SQL's), each candidate's process reward and verdict, and
+  the PRM-weighted vote (maj@n's groups, each vote worth its R_proc; ours).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from acesql.eval.majority import majority_vote
+from acesql.eval.majority import group_results, majority_vote
+from acesql.prm.select import best_of_n, weighted_vote
 from acesql.ranking.judge import Context
 from acesql.ranking.select import Drawn, select_groupwise, select_with_resampling
 
@@ -43,6 +47,25 @@ def vote_fields(sqls: list[str], verdicts: list, mode: str) -> dict:
         "maj_valid": vote.valid,
         "maj_groups": vote.groups,
         "oracle_match": any(v.match.match for v in verdicts),
+    }
+
+
+def prm_fields(sqls: list[str], verdicts: list, rewards: list, mode: str) -> dict:
+    """PRM best-of-n and the PRM-weighted vote of one question's candidates, from their
+    process rewards (`acesql.prm.select`; None for a candidate it could not score)."""
+    best = best_of_n(rewards)
+    groups = group_results(sqls, [v.pred for v in verdicts], mode)
+    voted = weighted_vote(groups, rewards)
+    return {
+        "prm_sql": sqls[best] if best is not None else None,
+        "prm_match": bool(best is not None and verdicts[best].match.match),
+        "prm_scored": sum(r is not None for r in rewards),
+        "prm_rewards": [None if r is None else round(r, 4) for r in rewards],
+        "prm_candidate_match": [v.match.match for v in verdicts],
+        # candidates sharing the pick's result: 1 is an answer no other sample gave
+        "prm_votes": next((len(g) for g in groups if best in g), 0),
+        "prm_vote_sql": sqls[voted] if voted is not None else None,
+        "prm_vote_match": bool(voted is not None and verdicts[voted].match.match),
     }
 
 
