@@ -271,3 +271,69 @@ def test_demonstrations_are_the_episodes_the_agent_would_run(pool, school_db, sy
         (trajectory,) = group
         assert trajectory.passed, (task.task_id, trajectory.verdict)
         assert [t.prompt for t in trajectory.turns] == [r["prompt"] for r in records]
+
+
+def test_eval_command_covers_debugging_tasks_and_compares_them(school_db, tmp_path, tiny_model_dir):
+    import json
+
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+    from acesql.debug.task import write_tasks
+
+    data = tmp_path / "debug"
+    write_tasks(
+        data / "test_ood.jsonl", [debug_task(school_db, task_id=f"t{i}").task for i in range(2)]
+    )
+    run = ["eval", "--model", str(tiny_model_dir), "--dataset", str(data), "--format", "debug"]
+    run += ["--split", "test_ood", "--max-turns", "1", "--max-new-tokens", "4"]
+    for name in ("a", "b"):
+        result = CliRunner().invoke(cli, [*run, "--out", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        metrics = json.loads(result.stdout.strip().splitlines()[-1])
+        assert metrics["n"] == 2 and set(metrics["by_category"]) == {"management"}
+        assert (tmp_path / name / "report.html").is_file()
+    result = CliRunner().invoke(
+        cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[2].split()[:2] == ["tasks", "n"]
+    assert lines[3].split()[:2] == ["all", "2"] and lines[4].split()[:2] == ["management", "2"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--split", "dev"], "split 'dev': "),
+        (["--split", "dev"], "(splits there: test_ood;"),
+        (["--split", "test_ood", "--selection", "maj"], "one greedy trajectory each: drop"),
+    ],
+)
+def test_eval_command_on_debugging_tasks_refuses_what_does_not_apply(
+    school_db, tmp_path, tiny_model_dir, extra, message
+):
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+    from acesql.debug.task import write_tasks
+
+    write_tasks(tmp_path / "test_ood.jsonl", [debug_task(school_db).task])
+    args = ["eval", "--model", str(tiny_model_dir), "--dataset", str(tmp_path), "--format", "debug"]
+    result = CliRunner().invoke(cli, [*args, *extra])
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_eval_compare_refuses_an_agent_evaluation_against_a_text_to_sql_one(tmp_path):
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+
+    agent, sql = tmp_path / "agent", tmp_path / "sql"
+    agent.mkdir()
+    sql.mkdir()
+    (agent / "trajectories.jsonl").write_text("")
+    (agent / "rows.jsonl").write_text("")
+    (sql / "metrics.json").write_text("{}")
+    result = CliRunner().invoke(cli, ["eval", "--compare", str(agent), str(sql)])
+    assert result.exit_code == 2 and "compares only with another one" in result.output

@@ -87,7 +87,27 @@ def debug_show(tasks_file, task_id):
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Result folder.")
 def debug_eval(model, tasks_file, limit, max_turns, max_new_tokens, batch_size, timeout_s, out):
     """The agent on debugging tasks, one greedy trajectory each: success per category, turns,
-    tokens. Resumes from OUT/rows.jsonl; prints the metrics."""
+    tokens. Resumes from OUT/rows.jsonl; prints the metrics. (`acesql eval --format debug`
+    runs the same.)"""
+    metrics = run_agent_evaluation(
+        model,
+        tasks_file,
+        Path(out),
+        limit=limit,
+        max_turns=max_turns,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        timeout_s=timeout_s,
+    )
+    echo_json(metrics)
+
+
+def run_agent_evaluation(
+    model, tasks_file, out: Path, *, limit, max_turns, max_new_tokens, batch_size, timeout_s
+) -> dict:
+    """One greedy agent trajectory per task of `tasks_file` (at most `limit`, spread over
+    databases and categories), on replicas in a temporary folder; rows, metrics and report
+    into `out`. Returns the metrics."""
     import tempfile
 
     from tqdm import tqdm
@@ -106,12 +126,12 @@ def debug_eval(model, tasks_file, limit, max_turns, max_new_tokens, batch_size, 
             tempfile.TemporaryDirectory(prefix="acesql-replicas-") as scratch,
             ReplicaPool(scratch, timeout_s=check_timeout(timeout_s)) as pool,
         ):
-            metrics = evaluate_agent(
+            return evaluate_agent(
                 engine,
                 load_tokenizer(model),
                 tasks,
                 pool,
-                Path(out),
+                out,
                 max_turns=max_turns,
                 max_new_tokens=max_new_tokens,
                 chunk=batch_size,
@@ -120,7 +140,6 @@ def debug_eval(model, tasks_file, limit, max_turns, max_new_tokens, batch_size, 
     finally:
         bar.close()
         engine.close()
-    echo_json(metrics)
 
 
 @debug.command("compare")

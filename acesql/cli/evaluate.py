@@ -85,9 +85,17 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     "--model", callback=model_folder, help="Model folder (or models/base with its redirect)."
 )
 @click.option("--dataset", type=click.Path(exists=True, file_okay=False))
-@click.option("--format", "fmt", type=click.Choice(sorted(DEFAULT_MODE)))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(sorted([*DEFAULT_MODE, "debug"])),
+    help="The dataset's layout; debug: SQL debugging tasks (DATASET/SPLIT.jsonl, as the "
+    "debug_data stage writes them), each solved by the agent in one greedy trajectory.",
+)
 @click.option("--split", default="dev", show_default=True)
-@click.option("--limit", type=COUNT, default=None, help="Questions, spread over databases.")
+@click.option(
+    "--limit", type=COUNT, default=None, help="Questions (or tasks), spread over databases."
+)
 @click.option("--mode", type=MODES, default=None, help="Match mode [by format].")
 @click.option(
     "--retriever-samples",
@@ -147,6 +155,9 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     default=None,
     help="transformers engine: bf16 matrix products on fp32 weights [on CPUs that compute "
     "bf16 natively; fp32 on a GPU].",
+)
+@click.option(
+    "--max-turns", default=5, show_default=True, type=COUNT, help="debug: the agent's turn budget."
 )
 @click.option("--seed", default=0, show_default=True)
 @timeout_option
@@ -210,6 +221,7 @@ def evaluate_model(
     batch_size,
     max_new_tokens,
     bf16,
+    max_turns,
     seed,
     timeout_s,
     out,
@@ -232,8 +244,15 @@ def evaluate_model(
 
     The flags build the `evaluate` params section and run the evaluate stage's code
     (acesql.eval.session), so a folder this command leaves unfinished resumes by either.
+    With --format debug, the agent's success per category, turns and tokens instead
+    (`acesql debug eval`), and --compare pairs two such evaluations on their tasks.
     """
     if compare:
+        from acesql.agent.evaluate import is_agent_evaluation
+
+        if any(map(is_agent_evaluation, compare)):
+            _compare_agent_evaluations(*compare)
+            return
         # a bar per downloaded rows file would bury the table
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         from acesql.eval.compare import (
@@ -285,6 +304,20 @@ def evaluate_model(
     ]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (or use --compare A B)")
+    if fmt == "debug":
+        _evaluate_agent(
+            model,
+            dataset,
+            split,
+            limit,
+            selection,
+            max_turns,
+            max_new_tokens,
+            batch_size,
+            timeout_s,
+            out,
+        )
+        return
     from acesql.config import EvaluateSection, GenerationSection
     from acesql.data.filtering import filter_examples
     from acesql.data.loaders import load_dataset
@@ -324,6 +357,56 @@ def evaluate_model(
             examples, dataset=dataset, split=split, out=out, chunk_size=chunk_size
         )
     echo_json(summary)
+
+
+def _evaluate_agent(
+    model, dataset, split, limit, selection, max_turns, max_new_tokens, batch_size, timeout_s, out
+):
+    """`acesql eval --format debug`: the agent on DATASET/SPLIT.jsonl (`acesql debug eval`)."""
+    import tempfile
+
+    from acesql.cli.debug import run_agent_evaluation
+
+    if selection.method != "greedy":
+        raise click.UsageError(
+            "debugging tasks are evaluated with one greedy trajectory each: drop --selection"
+        )
+    tasks_file = Path(dataset) / f"{split}.jsonl"
+    if not tasks_file.is_file():
+        found = sorted(p.stem for p in Path(dataset).glob("*.jsonl"))
+        raise click.UsageError(
+            f"no debugging tasks for split {split!r}: {tasks_file} does not exist "
+            f"(splits there: {', '.join(found) or 'none'}; `dvc repro debug_data` writes them)"
+        )
+    options = dict(
+        limit=limit,
+        max_turns=max_turns,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        timeout_s=timeout_s,
+    )
+    if out:
+        echo_json(run_agent_evaluation(model, tasks_file, Path(out), **options))
+        return
+    with tempfile.TemporaryDirectory(prefix="acesql-agent-eval-") as scratch:
+        echo_json(run_agent_evaluation(model, tasks_file, Path(scratch), **options))
+
+
+def _compare_agent_evaluations(a: str, b: str) -> None:
+    """`acesql eval --compare A B` of two agent evaluations, paired on their tasks."""
+    from acesql.agent.evaluate import compare, compare_table, is_agent_evaluation, read_rows
+
+    other = next((ref for ref in (a, b) if not is_agent_evaluation(ref)), None)
+    if other is not None:
+        raise click.UsageError(
+            f"{other} is not an agent evaluation on debugging tasks: an agent evaluation "
+            "compares only with another one"
+        )
+    rows_a, rows_b = read_rows(Path(a)), read_rows(Path(b))
+    paired = compare(rows_a, rows_b)
+    if not paired["all"]["n"]:
+        raise click.UsageError(f"{a} and {b} share no task: nothing to pair")
+    click.echo(compare_table(paired, a, b))
 
 
 @click.command("metrics")
