@@ -115,3 +115,4 @@ def test_a_step_with_a_signal_moves_the_weights(tmp_path, school_db, tiny_model_
     assert trainer.history[0]["updated"] == 1.0 and trainer.history[0]["sequences"] == 2
     assert any(not torch.equal(a, b) for a, b in zip(after, before))
     assert (tmp_path / "out" / "config.json").is_file()
+    assert (tmp_path / "out" / "curves.png").stat().st_size > 0

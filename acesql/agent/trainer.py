@@ -158,6 +158,12 @@ class AgentGrpoTrainer:
         out_dir = Path(out_dir)
         self.model.save_pretrained(out_dir)
         self.tokenizer.save_pretrained(out_dir)
+        if self.history:
+            from acesql.rl.plots import agent_curves_figure
+
+            fig = agent_curves_figure(self.history)
+            fig.savefig(out_dir / "curves.png", dpi=110)
+            self.tracker.log_figure(fig, "plots/agent_curves.png")
         return self.summary(stopped, time.monotonic() - start)
 
     def step(self, batch: list[AgentTask], step: int) -> dict:

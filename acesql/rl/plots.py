@@ -1,4 +1,5 @@
-"""Curves of a GRPO run: reward and match rate per role, and the validation EX."""
+"""Curves of RL runs: GRPO's reward and match rate per role and validation EX; the
+agent's reward, success and turns per step."""
 
 from __future__ import annotations
 
@@ -30,5 +31,32 @@ def curves_figure(history: list[dict]):
     ax.plot(steps, [r["lambda"] for r in history], color="grey", ls=":", label="lambda")
     ax.set_title("validation (greedy) and lambda")
     ax.set_xlabel("step")
+    fig.tight_layout()
+    return fig
+
+
+def agent_curves_figure(history: list[dict]):
+    """A three-panel figure from the per-step records of `AgentGrpoTrainer`: reward, success
+    and submission rate of the step's trajectories; turns a trajectory; KL to the start."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(13, 3.8))
+    axes = fig.subplots(1, 3)
+    steps = list(range(len(history)))
+    for key, label in (
+        ("reward_mean", "mean reward"),
+        ("success", "solved"),
+        ("submitted", "submitted"),
+    ):
+        axes[0].plot(steps, [r[key] for r in history], marker=".", label=label)
+    axes[0].set_ylim(-0.02, 1.02)
+    axes[0].set_title("trajectories of the step")
+    axes[0].legend()
+    axes[1].plot(steps, [r["turns_mean"] for r in history], marker=".")
+    axes[1].set_title("turns a trajectory")
+    axes[2].plot(steps, [r.get("kl", 0.0) for r in history], marker=".")
+    axes[2].set_title("KL to the starting model (k3)")
+    for ax in axes:
+        ax.set_xlabel("step")
     fig.tight_layout()
     return fig
