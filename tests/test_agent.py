@@ -176,6 +176,16 @@ def test_question_tasks_are_matched_on_the_result(pool, school_db):
     assert "How many students?" in task.messages(3)[1]["content"]
 
 
+def test_a_one_turn_opening_asks_for_the_submission_at_once(school_db):
+    example = Example(0, "school", "How many?", "SELECT COUNT(*) FROM student", str(school_db))
+    for task in (debug_task(school_db), QuestionAgentTask(example)):
+        only = task.messages(1)[1]["content"]
+        assert only.endswith(
+            "This turn is your last: submit your final SQL with <submit>...</submit>."
+        )
+        assert task.messages(3)[1]["content"].endswith("You have 3 turns.")
+
+
 def test_episodes_with_a_tiny_model(pool, school_db, tiny_model_dir):
     from acesql.models.base_model import load_tokenizer
     from acesql.models.engine import load_engine

@@ -116,3 +116,47 @@ def test_a_step_with_a_signal_moves_the_weights(tmp_path, school_db, tiny_model_
     assert any(not torch.equal(a, b) for a, b in zip(after, before))
     assert (tmp_path / "out" / "config.json").is_file()
     assert (tmp_path / "out" / "curves.png").stat().st_size > 0
+
+
+def test_a_step_of_equal_rewards_makes_no_update_when_flat_groups_are_skipped(
+    tmp_path, school_db, tiny_model_dir
+):
+    from acesql.agent.tasks import DebugAgentTask
+    from acesql.agent.trainer import AgentGrpoTrainer
+    from acesql.debug.task import DebugTask
+    from acesql.sql.replicas import ReplicaPool
+
+    task = DebugAgentTask(
+        DebugTask(
+            task_id="t",
+            db_id="school",
+            db_path=str(school_db),
+            category="management",
+            issue="Clear the course table.",
+            issue_sql=["DELETE FROM course WHERE 0"],
+            solution_sql=["DELETE FROM course"],
+        )
+    )
+    cfg = AgentGrpoSection(
+        steps=1,
+        tasks_per_step=1,
+        group_size=2,
+        max_turns=1,
+        learning_rate=1e-3,
+        skip_flat_groups=True,
+    )
+    with ReplicaPool(tmp_path / "r") as pool:
+        trainer = AgentGrpoTrainer(tiny_model_dir, [task], pool, cfg, device="cpu")
+
+        class Scripted:  # both trajectories fail: one flat group
+            def generate(self, prompts, **options):
+                ids = trainer.tokenize("<submit>SELECT 1</submit>")
+                return [[Completion("<submit>SELECT 1</submit>", ids, [], "stop")] for _ in prompts]
+
+        trainer.engine = Scripted()
+        before = [p.detach().clone() for p in trainer.model.parameters() if p.requires_grad]
+        trainer.train(tmp_path / "out")
+    after = [p for p in trainer.model.parameters() if p.requires_grad]
+    record = trainer.history[0]
+    assert record["flat_groups"] == 1 and record["sequences"] == 0 and record["updated"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(after, before))

@@ -28,6 +28,12 @@ def _schema_text(db_path: str) -> str:
     return Schema.from_sqlite(db_path, n_samples=0).render(None, samples=False)
 
 
+def _only_turn(max_turns: int) -> str:
+    """What the opening adds when the first turn is also the last (one-turn stages): without
+    it, a policy taught to explore first spends its only turn on a probe."""
+    return templates()["agent"]["only_turn"] if max_turns == 1 else ""
+
+
 def _opening(user: str) -> list[dict]:
     return [
         {"role": "system", "content": templates()["agent"]["system"]},
@@ -50,7 +56,11 @@ class DebugAgentTask(AgentTask):
                 s.rstrip().rstrip(";") + ";" for s in self.setup_sql
             )
         user = templates()["agent"]["debug"].format(
-            schema=_schema_text(self.db_path), setup=setup, issue=self.task.issue, turns=max_turns
+            schema=_schema_text(self.db_path),
+            setup=setup,
+            issue=self.task.issue,
+            turns=max_turns,
+            last_call=_only_turn(max_turns),
         )
         return _opening(user)
 
@@ -78,6 +88,7 @@ class QuestionAgentTask(AgentTask):
             question=ex.question.strip(),
             hint=hint,
             turns=max_turns,
+            last_call=_only_turn(max_turns),
         )
         return _opening(user)
 

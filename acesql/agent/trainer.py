@@ -19,7 +19,8 @@ Reward variants (`REWARDS`, formulas in `acesql.agent.rewards`):
 
 Departures from BIRD-RL, said plainly: one update per rollout (no PPO epochs, so the old
 policy is the current one); the top `train_layers` blocks train (CPU); no LLM-judge or
-rubric rewards.
+rubric rewards; with `skip_flat_groups`, tasks whose trajectories all earned the same reward
+are left out, and a step with nothing left makes no update.
 """
 
 from __future__ import annotations
@@ -183,7 +184,12 @@ class AgentGrpoTrainer:
         )
         self.model.train()
         rewards = [[trajectory_reward(cfg.reward, t) for t in group] for group in groups]
-        seqs = turn_sequences(groups, rewards, self.tokenize)
+        kept = [
+            (group, group_rewards)
+            for group, group_rewards in zip(groups, rewards)
+            if not (cfg.skip_flat_groups and len(set(group_rewards)) == 1)
+        ]
+        seqs = turn_sequences([g for g, _ in kept], [r for _, r in kept], self.tokenize)
         stats = self.update.single_role(seqs) if seqs else {"updated": 0.0}
         flat = [t for group in groups for t in group]
         return {
@@ -192,6 +198,7 @@ class AgentGrpoTrainer:
             "submitted": sum(t.submission is not None for t in flat) / len(flat),
             "turns_mean": sum(len(t.turns) for t in flat) / len(flat),
             "sequences": len(seqs),
+            "flat_groups": sum(len(set(r)) == 1 for r in rewards),
             **stats,
         }
 

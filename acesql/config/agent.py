@@ -70,6 +70,13 @@ class AgentGrpoSection(Section):
     learning_rate: float = Field(1e-6, gt=0, description="AdamW learning rate.")
     clip_eps: float = Field(0.2, gt=0, description="PPO clip range of the importance ratio.")
     beta: float = Field(0.001, ge=0, description="KL weight (k3 estimator) to the reference.")
+    skip_flat_groups: bool = Field(
+        False,
+        description="Leave out of the update tasks whose trajectories all earned the same "
+        "reward (advantage 0; they only add the small KL term), and make no update in a step "
+        "where none is left: AdamW would still move every weight by about the learning rate "
+        "on that near-zero gradient. The paper keeps them.",
+    )
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm of the update.")
     micro_batch_size: int = Field(4, ge=1, description="Sequences per forward/backward.")
     batch_size: int = Field(8, ge=1, description="Trajectories generated together.")
