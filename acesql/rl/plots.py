@@ -43,19 +43,23 @@ def agent_curves_figure(history: list[dict]):
     fig = Figure(figsize=(13, 3.8))
     axes = fig.subplots(1, 3)
     steps = list(range(len(history)))
-    for key, label in (
-        ("reward_mean", "mean reward"),
-        ("success", "solved"),
-        ("submitted", "submitted"),
-    ):
-        axes[0].plot(steps, [r[key] for r in history], marker=".", label=label)
+    rewards = [r["reward_mean"] for r in history]
+    for key, label in (("success", "solved"), ("submitted", "submitted")):
+        axes[0].plot(steps, [r[key] for r in history], marker=".", alpha=0.6, label=label)
+    # a step holds a few tasks, so its reward says more about them than about the policy
+    window = [
+        sum(rewards[max(0, i - 4) : i + 1]) / len(rewards[max(0, i - 4) : i + 1]) for i in steps
+    ]
+    axes[0].plot(steps, window, color="black", label="mean reward, last 5 steps")
     axes[0].set_ylim(-0.02, 1.02)
     axes[0].set_title("trajectories of the step")
     axes[0].legend()
     axes[1].plot(steps, [r["turns_mean"] for r in history], marker=".")
     axes[1].set_title("turns a trajectory")
-    axes[2].plot(steps, [r.get("kl", 0.0) for r in history], marker=".")
-    axes[2].set_title("KL to the starting model (k3)")
+    updated = [(i, r["kl"]) for i, r in zip(steps, history) if "kl" in r]
+    if updated:
+        axes[2].plot(*zip(*updated), marker="o", ls="")
+    axes[2].set_title("KL to the starting model (k3), steps that updated")
     for ax in axes:
         ax.set_xlabel("step")
     fig.tight_layout()
