@@ -78,23 +78,29 @@ def test_every_turn_is_a_sequence_with_its_trajectorys_advantage():
     assert turn_sequences([[win, lose]], [[1.0, 1.0]], lambda s: [0])[0].advantage == 0.0
 
 
-def test_a_step_with_a_signal_moves_the_weights(tmp_path, school_db, tiny_model_dir):
+def clear_the_course_table(db):
+    """A management task that one submission passes and another fails."""
     from acesql.agent.tasks import DebugAgentTask
-    from acesql.agent.trainer import AgentGrpoTrainer
     from acesql.debug.task import DebugTask
-    from acesql.sql.replicas import ReplicaPool
 
-    task = DebugAgentTask(
+    return DebugAgentTask(
         DebugTask(
             task_id="t",
             db_id="school",
-            db_path=str(school_db),
+            db_path=str(db),
             category="management",
             issue="Clear the course table.",
             issue_sql=["DELETE FROM course WHERE 0"],
             solution_sql=["DELETE FROM course"],
         )
     )
+
+
+def test_a_step_with_a_signal_moves_the_weights(tmp_path, school_db, tiny_model_dir):
+    from acesql.agent.trainer import AgentGrpoTrainer
+    from acesql.sql.replicas import ReplicaPool
+
+    task = clear_the_course_table(school_db)
     cfg = AgentGrpoSection(
         steps=1, tasks_per_step=1, group_size=2, max_turns=1, learning_rate=1e-3, beta=0.0
     )
@@ -121,22 +127,10 @@ def test_a_step_with_a_signal_moves_the_weights(tmp_path, school_db, tiny_model_
 def test_a_step_of_equal_rewards_makes_no_update_when_flat_groups_are_skipped(
     tmp_path, school_db, tiny_model_dir
 ):
-    from acesql.agent.tasks import DebugAgentTask
     from acesql.agent.trainer import AgentGrpoTrainer
-    from acesql.debug.task import DebugTask
     from acesql.sql.replicas import ReplicaPool
 
-    task = DebugAgentTask(
-        DebugTask(
-            task_id="t",
-            db_id="school",
-            db_path=str(school_db),
-            category="management",
-            issue="Clear the course table.",
-            issue_sql=["DELETE FROM course WHERE 0"],
-            solution_sql=["DELETE FROM course"],
-        )
-    )
+    task = clear_the_course_table(school_db)
     cfg = AgentGrpoSection(
         steps=1,
         tasks_per_step=1,
