@@ -195,20 +195,20 @@ def compare_table(paired: dict, name_a: str, name_b: str) -> str:
     ...     "interval_95": [0.0, 0.75], "a_only": 0, "b_only": 1, "mcnemar_p": 1.0}}, "x", "y"))
     A: x
     B: y
-    tasks          n       A       B   B - A [95%]            A only / B only   McNemar p
-    all            4   25.0%   50.0%   +25.0 [+0.0, +75.0]    0 / 1             1
+    tasks              n       A       B   B - A [95%]            A only / B only   McNemar p
+    all                4   25.0%   50.0%   +25.0 [+0.0, +75.0]    0 / 1             1
     """
     lines = [
         f"A: {name_a}",
         f"B: {name_b}",
-        f"{'tasks':<12}{'n':>4}{'A':>8}{'B':>8}   {'B - A [95%]':<23}"
+        f"{'tasks':<16}{'n':>4}{'A':>8}{'B':>8}   {'B - A [95%]':<23}"
         f"{'A only / B only':<18}McNemar p",
     ]
     for group, r in paired.items():
         low, high = r["interval_95"]
         diff = f"{100 * r['b_minus_a']:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
         lines.append(
-            f"{group:<12}{r['n']:>4}{100 * r['a']:>7.1f}%{100 * r['b']:>7.1f}%   {diff:<23}"
+            f"{group:<16}{r['n']:>4}{100 * r['a']:>7.1f}%{100 * r['b']:>7.1f}%   {diff:<23}"
             f"{str(r['a_only']) + ' / ' + str(r['b_only']):<18}{r['mcnemar_p']:.2g}"
         )
     return "\n".join(lines)
