@@ -184,12 +184,9 @@ class AgentGrpoTrainer:
         )
         self.model.train()
         rewards = [[trajectory_reward(cfg.reward, t) for t in group] for group in groups]
-        kept = [
-            (group, group_rewards)
-            for group, group_rewards in zip(groups, rewards)
-            if not (cfg.skip_flat_groups and len(set(group_rewards)) == 1)
-        ]
-        seqs = turn_sequences([g for g, _ in kept], [r for _, r in kept], self.tokenize)
+        flat_groups = [len(set(group_rewards)) == 1 for group_rewards in rewards]
+        kept = [i for i, flat in enumerate(flat_groups) if not (flat and cfg.skip_flat_groups)]
+        seqs = turn_sequences([groups[i] for i in kept], [rewards[i] for i in kept], self.tokenize)
         stats = self.update.single_role(seqs) if seqs else {"updated": 0.0}
         flat = [t for group in groups for t in group]
         return {
@@ -198,7 +195,7 @@ class AgentGrpoTrainer:
             "submitted": sum(t.submission is not None for t in flat) / len(flat),
             "turns_mean": sum(len(t.turns) for t in flat) / len(flat),
             "sequences": len(seqs),
-            "flat_groups": sum(len(set(r)) == 1 for r in rewards),
+            "flat_groups": sum(flat_groups),
             **stats,
         }
 
