@@ -385,3 +385,56 @@ def test_outputs_cut_off_at_the_token_limit_are_never_targets(examples, prompts)
     records, stats = _distil(examples, prompts, empty_list_engine(examples, cut_off=True))
     assert stats.to_dict()["dropped"]["generator"]["malformed"] == 2 * len(examples)
     assert [r for r in records if r["role"] == "generator"] == []
+
+
+def test_sft_data_stage_warns_on_a_thin_cold_start_and_stops_on_none(
+    tmp_path, tiny_model_dir, examples
+):
+    """A random model never writes right SQL: the distilled generator keeps no target (a
+    warning naming why; the gold column sets still teach the retriever), and self-distillation,
+    whose retriever targets need a right SQL too, keeps nothing at all (exit 2, nothing written)."""
+    import shutil
+
+    import yaml
+
+    from tests.helpers import run_stage
+
+    shutil.copytree(tiny_model_dir, tmp_path / "models" / "base")
+    (tmp_path / "data" / "prepared").mkdir(parents=True)
+    (tmp_path / "data" / "prepared" / "train.jsonl").write_text(
+        "".join(json.dumps(e.to_dict()) + "\n" for e in examples)
+    )
+    params = {
+        "base": {
+            "data_dir": str(tmp_path / "data"),
+            "models_dir": str(tmp_path / "models"),
+            "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        },
+        "base_model": {},
+        "prompt": {"sample_values": 0},
+        "sft_data": {
+            "mode": "distill_generator",
+            "retriever_samples": 1,
+            "generator_samples": 1,
+            "generation": {"max_new_tokens": 8},
+        },
+    }
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    proc = run_stage("sft_data", path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    n = len(examples)
+    warning = next(line for line in proc.stderr.splitlines() if "warning" in line)
+    assert f"warning: only {n} retriever and 0 generator targets of {n} questions" in warning
+    assert "generator pred_error" in warning and warning.endswith("or mode gold")
+    assert len((tmp_path / "data" / "sft" / "retriever.jsonl").read_text().splitlines()) == n
+
+    params["sft_data"].update(mode="self_distill", retriever_samples=2, generator_samples=2)
+    path.write_text(yaml.safe_dump(params))
+    proc = run_stage("sft_data", path)
+    assert proc.returncode == 2
+    assert (
+        f"error: sft_data kept no target: 0 retriever and 0 generator targets of {n}" in proc.stderr
+    )
+    # the previous run's targets are left as they were
+    assert len((tmp_path / "data" / "sft" / "retriever.jsonl").read_text().splitlines()) == n

@@ -53,6 +53,8 @@ from acesql.sql.columns import extract_columns
 from acesql.sql.parsing import format_ok, parse_columns, parse_sql
 from acesql.sql.schema import Schema
 
+ROLES = ("retriever", "generator")
+
 
 @dataclass
 class SftStats:
@@ -66,11 +68,29 @@ class SftStats:
             out["kept"][role][level or "unlabeled"] = n
         for (role, reason), n in sorted(self.dropped.items()):
             out["dropped"][role][reason] = n
-        for role in ("retriever", "generator"):
+        for role in ROLES:
             out[f"n_{role}"] = sum(n for (r, _), n in self.kept.items() if r == role)
         if self.retriever_sources:
             out["retriever_targets_from"] = dict(sorted(self.retriever_sources.items()))
         return {k: dict(v) if isinstance(v, defaultdict) else v for k, v in out.items()}
+
+    def shortfall(self, source: int, floor: float = 0.25) -> str | None:
+        """Why the cold start will barely move the model, or None: a role kept fewer targets
+        than `floor` x the `source` questions they came from.
+
+        >>> stats = SftStats(Counter({("retriever", "simple"): 13, ("generator", "simple"): 13}),
+        ...                  Counter({("generator", "pred_error"): 425}))
+        >>> print(stats.shortfall(120))
+        13 retriever and 13 generator targets of 120 questions; dropped: generator pred_error 425
+        >>> stats.shortfall(40) is None
+        True
+        """
+        kept = {r: sum(n for (role, _), n in self.kept.items() if role == r) for r in ROLES}
+        if min(kept.values()) >= floor * source:
+            return None
+        worst = ", ".join(f"{r} {why} {n}" for (r, why), n in self.dropped.most_common(3))
+        counts = " and ".join(f"{kept[r]} {r}" for r in ROLES)
+        return f"{counts} targets of {source} questions" + (f"; dropped: {worst}" if worst else "")
 
 
 def _record(role, prompt, response, example) -> dict:

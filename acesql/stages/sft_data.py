@@ -11,10 +11,12 @@ why, per role and complexity), also logged to MLflow.
 from __future__ import annotations
 
 import json
+import sys
 
 from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
 from acesql.data.schemas import SchemaCache
+from acesql.errors import DataError
 from acesql.models.base_model import load_tokenizer
 from acesql.models.prompts import PromptBuilder
 from acesql.sft.data import build_generator_distilled, build_gold, build_self_distilled
@@ -44,6 +46,19 @@ def work(s: dict, tracker) -> dict:
             )
     else:
         records, stats = _distil(cfg, examples, prompts, schemas, model_dir, p, base.seed)
+    if not records:
+        raise DataError(
+            f"sft_data kept no target: {stats.shortfall(len(examples)) or 'no question'}."
+            " Use sft_data.mode gold, or more max_examples"
+        )
+    short = stats.shortfall(len(examples)) if cfg.mode != "gold" else None
+    if short:
+        other = "distill_generator or gold" if cfg.mode == "self_distill" else "gold"
+        print(
+            f"sft_data: warning: only {short}. A cold start this small barely moves the model:"
+            f" try more max_examples, generation.temperature 0, or mode {other}",
+            file=sys.stderr,
+        )
     with replace_dir(base.data_dir / "sft") as out:
         for role in ("retriever", "generator"):
             with (out / f"{role}.jsonl").open("w") as fh:
