@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import time
@@ -88,6 +89,28 @@ STAGES = (
 # what a run does unless told otherwise: the ranker's, the process reward model's and the
 # agent's stages are asked for by name
 MAIN_STAGES = STAGES[: STAGES.index("evaluate") + 1]
+# what `make run`'s folder grew to, measured: models, GRPO's checkpoints, DVC's cached copies
+RUN_DISK_GB = 20
+
+
+def disk_warning(free_bytes: int, need_gb: float = RUN_DISK_GB) -> str | None:
+    """What to say before a run when the disk has less room than a run takes, or None.
+
+    >>> disk_warning(50 * 2**30) is None
+    True
+    >>> print(disk_warning(6 * 2**30))
+    6.0 GB free here and a run's folder grows to about 20 GB (models, checkpoints, DVC's \
+cached copies): a stage may stop on a full disk. Free space, or drop old cached versions \
+with `dvc gc --workspace`
+    """
+    free = free_bytes / 2**30
+    if free >= need_gb:
+        return None
+    return (
+        f"{free:.1f} GB free here and a run's folder grows to about {need_gb} GB (models, "
+        "checkpoints, DVC's cached copies): a stage may stop on a full disk. Free space, or "
+        "drop old cached versions with `dvc gc --workspace`"
+    )
 
 
 @flow(name="acesql-pipeline")
@@ -113,6 +136,9 @@ def pipeline(
     if profile:
         with project_lock():
             use_profile(profile)
+    short = disk_warning(shutil.disk_usage(".").free)
+    if short:
+        get_run_logger().warning(short)
     remote = any(s in GPU_STAGES for s in stages) and use_gpu_deployments(gpu_deployments)
     options = {"stages": list(stages), "force": force, "gpu_deployments": gpu_deployments}
     parent = open_pipeline_run(options)

@@ -184,6 +184,21 @@ def test_auto_without_a_gpu_worker_runs_the_gpu_stages_here(
     assert "there is no work pool 'gpu'" in caplog.text and "run here" in caplog.text
 
 
+def test_a_run_on_a_nearly_full_disk_is_warned_and_goes_on(
+    project, prefect_harness, repro_calls, caplog, monkeypatch
+):
+    room = {"free": 3 * 2**30}
+    usage = lambda path: SimpleNamespace(total=100 * 2**30, used=0, free=room["free"])  # noqa: E731
+    monkeypatch.setattr(flows.pipeline.shutil, "disk_usage", usage)
+    assert flows.pipeline.pipeline(["sft"], return_state=True).is_completed()
+    assert "3.0 GB free here and a run's folder grows to about 20 GB" in caplog.text
+    assert [stage for stage, _, _ in repro_calls] == ["sft"]
+    caplog.clear()
+    room["free"] = 80 * 2**30
+    assert flows.pipeline.pipeline(["sft"], return_state=True).is_completed()
+    assert "GB free here" not in caplog.text
+
+
 def test_always_without_a_gpu_worker_stops_at_once_naming_the_fix(
     project, prefect_harness, repro_calls
 ):
