@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 # The pipeline flow: `dvc repro` of each stage, under Prefect's temporary local API (or the
 # server of `make ui` while it runs). PROFILE=long first sets profiles/long.yaml's values in
-# params.yaml (about 3 hours on 2 cores); PROFILE=cpu sets the 30-minute default back.
+# params.yaml (about an hour on 2 cores); PROFILE=cpu sets the 30-minute default back.
 run: setup
 	$(if $(UI_API),PREFECT_API_URL=$(UI_API) )$(PY) -m flows.pipeline $(if $(PROFILE),--profile $(PROFILE))
 
