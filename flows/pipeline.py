@@ -20,7 +20,8 @@ the stage runs under it, as KILLED.
 
 With `profile`, the values of `profiles/<profile>.yaml` are first set in params.yaml (comments
 kept, the whole file validated before it is replaced): `cpu` is the 30-minute default of a
-2-core machine, `long` a run of about an hour there (65 minutes measured with AMX). `dvc params diff` shows what changed.
+2-core machine, `long` a run of about an hour there (65 minutes measured with AMX). `dvc
+params diff` shows what changed.
 
 MLflow: one parent run per pipeline run, the stages' runs its children (flows/tracking.py);
 after the evaluate stage the evaluated model is registered as `registered_model`.
