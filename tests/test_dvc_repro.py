@@ -278,3 +278,11 @@ def test_the_whole_pipeline_with_a_tiny_model(clone, tiny_model_dir):
         assert (clone / "results" / split / "report.html").stat().st_size > 10_000
         assert json.loads((clone / "results" / split / "predict_dev.json").read_text())
     assert (clone / "models" / "sft" / "model.safetensors").is_file()
+    # checkpoints stay for a resume but DVC neither hashes nor caches them (.dvcignore)
+    assert list((clone / "models" / "sft" / "checkpoints").glob("step-*/trainer_state.json"))
+    lock = yaml.safe_load((clone / "dvc.lock").read_text())
+    md5 = next(o["md5"] for o in lock["stages"]["sft"]["outs"] if o["path"] == "models/sft")
+    manifest = clone / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]
+    cached = [entry["relpath"] for entry in json.loads(manifest.read_text())]
+    assert "model.safetensors" in cached
+    assert not [name for name in cached if name.startswith("checkpoints")]

@@ -19,7 +19,7 @@ from acesql.data.schemas import SchemaCache
 from acesql.errors import DataError
 from acesql.models.base_model import load_tokenizer
 from acesql.models.prompts import PromptBuilder
-from acesql.sft.data import build_generator_distilled, build_gold, build_self_distilled
+from acesql.sft.data import ROLES, build_generator_distilled, build_gold, build_self_distilled
 from acesql.stages.common import run_stage, write_metrics
 from acesql.staging import replace_dir
 from acesql.tracking import flatten
@@ -60,7 +60,7 @@ def work(s: dict, tracker) -> dict:
             file=sys.stderr,
         )
     with replace_dir(base.data_dir / "sft") as out:
-        for role in ("retriever", "generator"):
+        for role in ROLES:
             with (out / f"{role}.jsonl").open("w") as fh:
                 for rec in records:
                     if rec["role"] == role:
