@@ -2,6 +2,7 @@
 BIRD-format predictions, the HTML report and the comparison of two evaluations."""
 
 import json
+import os
 import re
 from dataclasses import replace
 
@@ -15,6 +16,7 @@ from acesql.eval.majority import majority_vote
 from acesql.eval.metrics import failure_category, summarize
 from acesql.eval.runner import evaluate_to_folder
 from acesql.eval.sql_eval import load_predictions, write_bird_predictions
+from acesql.locks import lock_folder
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.sandbox import ExecResult
 from tests.helpers import RoleEngine, columns_answer, sql_answer
@@ -365,6 +367,28 @@ def test_a_killed_evaluation_resumes_without_redoing_chunks(setup, tmp_path, tin
     with BatchExecutor(workers=0) as executor:
         evaluate_to_folder(examples, changed, prompts, executor, tmp_path / "a", **kwargs)
     assert changed.calls == 3 * 3
+
+
+def test_a_second_evaluation_into_a_busy_folder_stops_and_changes_nothing(setup, tmp_path):
+    examples, prompts = setup
+    kwargs = dict(model="m", dataset="synth", split="dev", settings={}, progress=False)
+    held = lock_folder(tmp_path / "a")  # what a running evaluation holds
+    engine = Scripted(examples[:2], lambda ex, i: ex.sql)
+    try:
+        with (
+            BatchExecutor(workers=0) as executor,
+            pytest.raises(DataError, match="being written by another evaluation"),
+        ):
+            evaluate_to_folder(examples[:2], engine, prompts, executor, tmp_path / "a", **kwargs)
+    finally:
+        os.close(held)
+    assert engine.calls == 0
+    assert [p.name for p in (tmp_path / "a").iterdir()] == [".lock"]
+    with BatchExecutor(workers=0) as executor:  # released: the folder is free again
+        summary, _ = evaluate_to_folder(
+            examples[:2], engine, prompts, executor, tmp_path / "a", **kwargs
+        )
+    assert summary["pipeline_ex"] == 1.0 and engine.calls > 0
 
 
 def test_bird_predictions_round_trip(tmp_path):

@@ -2,7 +2,9 @@
 
 Questions are evaluated in chunks; each finished chunk is appended to
 `<out>/.partial-<fingerprint>.jsonl` in one write. A killed evaluation, started again with the
-same model, questions and settings, reads that file and goes on from the next chunk. The
+same model, questions and settings, reads that file and goes on from the next chunk. One
+evaluation writes a folder at a time (`acesql.locks`): a second one into the same folder
+stops at once with DataError, rather than both appending to one file. The
 fingerprint covers all three, so a changed setting never mixes with old rows. Sampling seeds
 are derived from the chunk's position, so a resumed run samples what an unbroken one would.
 
@@ -33,6 +35,7 @@ from acesql.eval.end_to_end import evaluate_examples
 from acesql.eval.metrics import summarize
 from acesql.eval.report import write_report
 from acesql.eval.sql_eval import write_bird_predictions
+from acesql.locks import folder_locked
 
 CHUNK_SIZE = 16  # questions per saved chunk: the work a kill can lose
 
@@ -62,63 +65,69 @@ def evaluate_to_folder(
     changes the results (e.g. the engine's precision); all of it enters the fingerprint.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    partial = out / f".partial-{fingerprint(model, examples, settings)}.jsonl"
-    done = _read_partial(partial)
-    start = time.monotonic()
-    schemas = SchemaCache(prompts.sample_values)
-    chunks = [examples[i : i + chunk_size] for i in range(0, len(examples), chunk_size)]
-    options = _options(settings)
-    seed = options.pop("seed", 0)
-    finished = sum(len(c) for c in chunks if _key(c) in done)
-    if finished:
-        print(f"resuming {partial}: {finished} of {len(examples)} questions done", file=sys.stderr)
-    bar = tqdm(
-        total=len(examples),
-        initial=finished,  # a resumed run's bar starts where the last one stopped
-        desc=f"evaluate {split}",
-        unit="q",
-        disable=not progress,
+    busy = (
+        f"{out} is being written by another evaluation: wait for it to end, or give this one"
+        " another output folder"
     )
-    _end_with_newline(partial)
-    with partial.open("a") as fh:
-        if not done and fh.tell() == 0:
-            header = {
-                "model": model,
-                "dataset": dataset,
-                "split": split,
-                "questions": len(examples),
-            }
-            fh.write(json.dumps({"header": header}) + "\n")
-        for number, chunk in enumerate(chunks):
-            if _key(chunk) in done:
-                continue
-            _, rows = evaluate_examples(
-                chunk,
-                engine,
-                prompts,
-                executor,
-                seed=seed + number,
-                schemas=schemas,
-                **(tools or {}),
-                **options,
+    with folder_locked(out, DataError(busy)):
+        partial = out / f".partial-{fingerprint(model, examples, settings)}.jsonl"
+        done = _read_partial(partial)
+        start = time.monotonic()
+        schemas = SchemaCache(prompts.sample_values)
+        chunks = [examples[i : i + chunk_size] for i in range(0, len(examples), chunk_size)]
+        options = _options(settings)
+        seed = options.pop("seed", 0)
+        finished = sum(len(c) for c in chunks if _key(c) in done)
+        if finished:
+            print(
+                f"resuming {partial}: {finished} of {len(examples)} questions done", file=sys.stderr
             )
-            done[_key(chunk)] = rows
-            fh.write(json.dumps({"chunk": _key(chunk), "rows": rows}, default=str) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-            bar.update(len(chunk))
-    bar.close()
-    rows = [row for chunk in chunks for row in done[_key(chunk)]]
-    summary = _described(summarize(rows), model, dataset, split, settings, start)
-    _write_json(out / "metrics.json", summary)
-    with (out / "rows.jsonl").open("w") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-    write_bird_predictions(out / "predict_dev.json", rows)
-    write_report(out / "report.html", summary, rows)
-    partial.unlink()
-    return summary, rows
+        bar = tqdm(
+            total=len(examples),
+            initial=finished,  # a resumed run's bar starts where the last one stopped
+            desc=f"evaluate {split}",
+            unit="q",
+            disable=not progress,
+        )
+        _end_with_newline(partial)
+        with partial.open("a") as fh:
+            if not done and fh.tell() == 0:
+                header = {
+                    "model": model,
+                    "dataset": dataset,
+                    "split": split,
+                    "questions": len(examples),
+                }
+                fh.write(json.dumps({"header": header}) + "\n")
+            for number, chunk in enumerate(chunks):
+                if _key(chunk) in done:
+                    continue
+                _, rows = evaluate_examples(
+                    chunk,
+                    engine,
+                    prompts,
+                    executor,
+                    seed=seed + number,
+                    schemas=schemas,
+                    **(tools or {}),
+                    **options,
+                )
+                done[_key(chunk)] = rows
+                fh.write(json.dumps({"chunk": _key(chunk), "rows": rows}, default=str) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+                bar.update(len(chunk))
+        bar.close()
+        rows = [row for chunk in chunks for row in done[_key(chunk)]]
+        summary = _described(summarize(rows), model, dataset, split, settings, start)
+        _write_json(out / "metrics.json", summary)
+        with (out / "rows.jsonl").open("w") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        write_bird_predictions(out / "predict_dev.json", rows)
+        write_report(out / "report.html", summary, rows)
+        partial.unlink()
+        return summary, rows
 
 
 def evaluate_in_memory(

@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from acesql.errors import DataError, ReplicaError
+from acesql.locks import lock_folder
 from acesql.sql.sandbox import (
     ALLOWED_FUNCTIONS,
     DEFAULT_MAX_BYTES,
@@ -577,15 +578,9 @@ def _short_hash(text: str) -> str:
 
 def _lock_partition(folder: Path) -> int:
     """An exclusive lock on the partition's lock file, or ReplicaError naming the fix."""
-    import fcntl
-
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
+    fd = lock_folder(folder)
+    if fd is None:
         raise ReplicaError(
             f"{folder} is in use by another process: give each process its own worker number"
-        ) from exc
+        )
     return fd
