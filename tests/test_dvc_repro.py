@@ -259,7 +259,7 @@ def test_the_whole_pipeline_with_a_tiny_model(clone, tiny_model_dir):
     params["base_model"]["name"] = str(tiny_model_dir)
     params["sft_data"].update(max_examples=12)  # the default mode samples the base model
     params["sft_data"]["generation"]["max_new_tokens"] = 16
-    params["sft"].update(time_budget_minutes=0.3, batch_size=2, grad_accum=1, checkpoint_every=5)
+    params["sft"].update(time_budget_minutes=0.3, batch_size=2, grad_accum=1, checkpoint_every=1)
     params["sft"]["train_layers"] = params["grpo"]["train_layers"] = 1  # of the tiny model's 2
     params["evaluate"].update(limit=3, splits=["dev", "test_ood"])  # foreach over both
     params["evaluate"]["generation"]["max_new_tokens"] = 8
