@@ -90,7 +90,8 @@ STAGES = (
 # what a run does unless told otherwise: the ranker's, the process reward model's and the
 # agent's stages are asked for by name
 MAIN_STAGES = STAGES[: STAGES.index("evaluate") + 1]
-# what `make run`'s folder grew to, measured: models, GRPO's checkpoints, DVC's cached copies
+# what `make run`'s folder grows to (18 GB measured): environment, models, checkpoints and
+# DVC's cached copies of the final models
 RUN_DISK_GB = 20
 
 
