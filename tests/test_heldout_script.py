@@ -20,7 +20,7 @@ def test_heldout_reads_finished_evaluations_back_and_says_spider_is_skipped(tmp_
         env={"PATH": "/usr/bin:/bin", "MODELS": "base grpo", "SPIDER": str(tmp_path / "none")},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"no Spider at {tmp_path / 'none'}" in proc.stderr
