@@ -120,14 +120,19 @@ def evaluate_to_folder(
         bar.close()
         rows = [row for chunk in chunks for row in done[_key(chunk)]]
         summary = _described(summarize(rows), model, dataset, split, settings, start)
-        _write_json(out / "metrics.json", summary)
-        with (out / "rows.jsonl").open("w") as fh:
-            for row in rows:
-                fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-        write_bird_predictions(out / "predict_dev.json", rows)
-        write_report(out / "report.html", summary, rows)
+        _write_folder(out, summary, rows)
         partial.unlink()
         return summary, rows
+
+
+def _write_folder(out: Path, summary: dict, rows: list[dict]) -> None:
+    """A finished evaluation's files (see the module docstring)."""
+    _write_json(out / "metrics.json", summary)
+    with (out / "rows.jsonl").open("w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    write_bird_predictions(out / "predict_dev.json", rows)
+    write_report(out / "report.html", summary, rows)
 
 
 def evaluate_in_memory(
