@@ -68,6 +68,9 @@ def test_ranking_scores_groupwise_pointwise_and_the_spread_inside_groups():
     # pointwise spread: {a, c} 0.3 - 0.3 = 0, {b, d} 0.8 - 0.3 = 0.5
     assert fields["r3_point_spread"] == 0.25
     assert "r3rs_match" not in fields
+    # the pool is kept for scoring another judge or a larger n on the same samples
+    assert fields["r3_pool"] == SQLS
+    assert fields["r3_pool_match"] == [False, True, False, True, False]
 
 
 def test_resampling_is_scored_by_the_drawn_candidates_verdicts():
@@ -95,6 +98,8 @@ def test_resampling_is_scored_by_the_drawn_candidates_verdicts():
     assert fields["r3rs_fired"] is True and fields["r3rs_generated"] == 5 + 2 and drawn == [6]
     assert fields["r3rs_oracle"] is True and fields["r3rs_audit"] == 0.1
     assert fields["r3rs_drawn_oracle"] is True
+    assert fields["r3rs_drawn"] == ["z", "y"] and fields["r3rs_drawn_match"] == [True, False]
+    assert "r3rs_drawn_schema" not in fields  # drawn on the first pool's schema
     # R3-SQL's pool: the first is discarded, only z and y are ranked
     fields = ranked_fields(
         CONTEXT, SQLS, VERDICTS, Judge({"z"}), "multiset", resample=resample, resample_candidates=6
@@ -105,6 +110,20 @@ def test_resampling_is_scored_by_the_drawn_candidates_verdicts():
     assert fields["r3rs_fired"] is False and fields["r3rs_generated"] == 5 and drawn == [6, 6]
     assert fields["r3rs_drawn_oracle"] is None
     assert fields["r3rs_match"] is True
+    assert fields["r3rs_drawn"] == [] and fields["r3rs_drawn_match"] == []
+
+
+def test_candidates_drawn_on_a_wider_schema_keep_that_schema():
+    wider = Context("?", "t(v, w)")
+
+    def resample(m):
+        return ["z"], [verdict(ok((2,)), True)], wider
+
+    fields = ranked_fields(
+        CONTEXT, SQLS, VERDICTS, Judge({"z"}), "multiset", resample=resample, resample_candidates=6
+    )
+    assert fields["r3rs_fired"] is True and fields["r3rs_drawn"] == ["z"]
+    assert fields["r3rs_drawn_schema"] == "t(v, w)"
 
 
 def test_the_section_checks_itself_and_may_be_left_out(tmp_path):

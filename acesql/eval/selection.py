@@ -14,10 +14,14 @@ candidates:
 - `point_*`: pointwise best-of-n, the candidate with the ranker's highest P(right);
 - `r3_*`: R3-SQL's groupwise ranking (`acesql.ranking.select`), with `r3_point_spread`, the
   mean spread (max - min) of pointwise scores inside groups of equal results: the
-  inconsistency that judging groups instead of single candidates removes;
+  inconsistency that judging groups instead of single candidates removes; `r3_pool` and
+  `r3_pool_match` keep the candidates and their verdicts, so another judge or a larger n can
+  be scored on the same samples later (`acesql.eval.rerank`);
 - `r3rs_*` (when `resample` is given): ranking after agentic resampling, with whether the
   auditor fired, how many candidates were generated, the recall of the pool ranked and,
-  when it fired, of the new candidates alone (before the pointwise cut to n);
+  when it fired, of the new candidates alone (before the pointwise cut to n), and those
+  candidates (`r3rs_drawn`, `r3rs_drawn_match`, and `r3rs_drawn_schema` when they were
+  written on a wider schema);
 - `prm_*`: PRM best-of-n (Reward-SQL's), each candidate's process reward and verdict, and
   the PRM-weighted vote (maj@n's groups, each vote worth its R_proc; ours).
 """
@@ -102,14 +106,20 @@ def ranked_fields(
         "r3_groups": len(choice.ranked),
         "r3_judged_pairs": choice.judged_pairs,
         "r3_point_spread": round(sum(spreads) / len(spreads), 4) if spreads else None,
+        "r3_pool": list(sqls),
+        "r3_pool_match": [bool(v.match.match) for v in verdicts],
     }
     if resample is None:
         return fields
+    drawn_sqls: list[str] = []
     drawn_verdicts: list = []
+    drawn_contexts: list[Context] = []
 
     def draw(m: int) -> Drawn:
         new_sqls, new_verdicts, new_context = resample(m)
+        drawn_sqls.extend(new_sqls)
         drawn_verdicts.extend(new_verdicts)
+        drawn_contexts.extend([new_context] if new_context else [])
         return Drawn(new_sqls, [v.pred for v in new_verdicts], new_context)
 
     out = select_with_resampling(
@@ -133,5 +143,9 @@ def ranked_fields(
         r3rs_generated=out.generated,
         r3rs_oracle=any(every[i].match.match for i in out.kept),
         r3rs_drawn_oracle=any(v.match.match for v in drawn_verdicts) if out.fired else None,
+        r3rs_drawn=drawn_sqls,
+        r3rs_drawn_match=[bool(v.match.match) for v in drawn_verdicts],
     )
+    if drawn_contexts:
+        fields["r3rs_drawn_schema"] = drawn_contexts[0].schema
     return fields
