@@ -175,6 +175,13 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     help="With --out: questions saved at a time (what a kill can lose).",
 )
 @click.option(
+    "--candidates-from",
+    type=click.Path(exists=True, file_okay=False),
+    help="Generate nothing: score the selection again on the candidates an earlier "
+    "--selection r3 evaluation (this result folder, finished or not) drew, judged by "
+    "--model. Up to that run's n, its first candidates; more, its drawn ones after them.",
+)
+@click.option(
     "--compare",
     nargs=2,
     metavar="RUN_A RUN_B",
@@ -226,6 +233,7 @@ def evaluate_model(
     timeout_s,
     out,
     chunk_size,
+    candidates_from,
     compare,
     audit_sweep,
     selections,
@@ -240,7 +248,9 @@ def evaluate_model(
     side-by-side table of two evaluations and, per split, their paired difference on the
     questions both scored. With --audit-sweep RUN, print what each auditor threshold would
     have given RUN (acesql.eval.audit_sweep). With --selections RUN, print each selection of
-    RUN against its maj@n on the same candidates (acesql.eval.selection_report).
+    RUN against its maj@n on the same candidates (acesql.eval.selection_report). With
+    --candidates-from RUN, the selection on RUN's stored candidates, nothing generated
+    (acesql.eval.rescore): another judge, or a larger n, paired with RUN on the same samples.
 
     The flags build the `evaluate` params section and run the evaluate stage's code
     (acesql.eval.session), so a folder this command leaves unfinished resumes by either.
@@ -352,6 +362,7 @@ def evaluate_model(
         reasoning=reasoning,
         sample_values=sample_values,
         sql_format=sql_format,
+        candidates_from=candidates_from,
     ) as evaluator:
         summary = evaluator.evaluate(
             examples, dataset=dataset, split=split, out=out, chunk_size=chunk_size

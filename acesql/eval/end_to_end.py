@@ -50,6 +50,7 @@ def evaluate_examples(
     process_scorer=None,
     seed: int = 0,
     schemas: SchemaCache | None = None,
+    stored: dict[int, dict] | None = None,
 ) -> tuple[dict, list[dict]]:
     """Evaluate `examples` (usable ones) end to end; return (summary, rows).
 
@@ -58,12 +59,39 @@ def evaluate_examples(
     `selection` params section) adds the
     ranker's choices, judged by `judge` (default: a `LetterJudge` on the engine's torch model,
     so the transformers engine); `{"method": "prm"}` adds PRM best-of-k, scored by
-    `process_scorer` (`acesql.prm.select.ProcessScorer`)."""
+    `process_scorer` (`acesql.prm.select.ProcessScorer`). With `stored` (an earlier r3
+    evaluation's rows by question index), nothing is generated: the stored candidates are
+    scored again (`acesql.eval.rescore`), judged by `judge`."""
     schemas = schemas or SchemaCache(prompts.sample_values)
     unusable = [_unusable_row(e) for e in examples if e.unusable is not None]
     examples = [e for e in examples if e.unusable is None]
     if not examples:
         return summarize(unusable), unusable
+    if stored is not None:
+        from acesql.eval.rescore import rescore_examples
+
+        contexts = [
+            Context(
+                ex.question,
+                prompts.schema_text(schemas(ex), stored[ex.index]["retrieved_columns"]),
+                ex.evidence or "",
+            )
+            for ex in examples
+        ]
+        if selection and selection.get("method") == "r3":
+            judge = judge or LetterJudge(engine.model, engine.tokenizer)
+        _, rows = rescore_examples(
+            examples,
+            stored,
+            executor,
+            judge,
+            contexts=contexts,
+            mode=mode,
+            maj_k=maj_k,
+            selection=selection,
+        )
+        rows += unusable
+        return summarize(rows), rows
     greedy = dict(temperature=0.0, max_new_tokens=max_new_tokens, seed=seed)
     if retriever_samples > 1:
         sampling = dict(temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)

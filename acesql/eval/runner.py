@@ -165,6 +165,7 @@ def _described(summary: dict, model, dataset, split, settings: dict, start: floa
         "retriever_samples": settings.get("retriever_samples", 1),
         "vote_threshold": settings.get("vote_threshold", 0.5),
         "unclosed_list": settings.get("unclosed_list", "reject"),
+        **{k: settings[k] for k in ("candidates_from",) if k in settings},
         **summary,
         "seconds": round(time.monotonic() - start, 1),
     }

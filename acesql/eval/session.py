@@ -10,6 +10,10 @@ params section) says how many candidates are sampled and chosen among. `evaluate
 questions: into a restartable result folder when `out` is given (`acesql.eval.runner`),
 else in memory. `settings(cfg, ...)` is what decides the results, and so what a result folder's
 resume fingerprint covers: the stage and the command line fingerprint alike.
+
+With `candidates_from` (the folder of an earlier `--selection r3` evaluation), nothing is
+generated: that run's candidates are scored again, judged by this model
+(`acesql.eval.rescore`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 
 from acesql.config import EvaluateSection, SelectionSection
 from acesql.data.loaders import Example
-from acesql.errors import ConfigError
+from acesql.errors import ConfigError, DataError
 from acesql.eval.runner import CHUNK_SIZE, evaluate_in_memory, evaluate_to_folder
 
 
@@ -30,8 +34,10 @@ def settings(
     reasoning: bool,
     sample_values: int,
     sql_format: str = "direct",
+    candidates_from: str | Path | None = None,
 ) -> dict:
-    """`evaluate_examples`' options plus what else changes the rows (engine, prompts).
+    """`evaluate_examples`' options plus what else changes the rows (engine, prompts, the
+    stored candidates rescored).
 
     Keys only a non-default choice needs are left out when unused, so result folders of
     earlier versions keep their fingerprint and resume."""
@@ -50,6 +56,8 @@ def settings(
             named["selection"]["resample_pool"] = selection.resample_pool
     elif selection.method == "prm":
         named["selection"] = {"method": "prm", "prm_model": str(Path(selection.prm_model))}
+    if candidates_from is not None:
+        named["candidates_from"] = str(Path(candidates_from).resolve())
     return {
         **named,
         "mode": cfg.match_mode,
@@ -79,6 +87,7 @@ class Evaluator:
         sample_values: int = 0,
         sql_format: str = "direct",
         progress: bool = True,
+        candidates_from: str | Path | None = None,
     ):
         from acesql.models.base_model import load_tokenizer
         from acesql.models.engine import open_engine
@@ -87,7 +96,13 @@ class Evaluator:
 
         self.cfg = cfg
         self.progress = progress
+        self.candidates_from = candidates_from
         method = selection.method if selection is not None else "greedy"
+        if candidates_from is not None and method not in ("maj", "r3"):
+            raise ConfigError(
+                "rescoring stored candidates scores a selection among them: pass "
+                "--selection maj or r3"
+            )
         if method == "r3" and cfg.generation.engine != "transformers":
             raise ConfigError(
                 "selection.method r3 reads the ranker's judgments from the model's next-token "
@@ -100,6 +115,7 @@ class Evaluator:
             reasoning=reasoning,
             sample_values=sample_values,
             sql_format=sql_format,
+            candidates_from=candidates_from,
         )
         self.prompts = PromptBuilder(
             load_tokenizer(cfg.model), reasoning, sample_values, sql_format
@@ -107,6 +123,8 @@ class Evaluator:
         self.engine = open_engine(cfg.generation, cfg.model)
         self.executor = BatchExecutor(timeout_s=cfg.timeout_s)
         self.tools = self._selection_tools(selection)
+        if candidates_from is not None:
+            self.tools["stored"] = stored_candidates(str(candidates_from))
 
     def _selection_tools(self, selection: SelectionSection | None) -> dict:
         """What the selection needs beyond the policy, built once: the ranker's judge (r3,
@@ -138,7 +156,12 @@ class Evaluator:
         out: str | Path | None = None,
         chunk_size: int = CHUNK_SIZE,
     ) -> dict:
-        """The summary of `examples`; with `out`, also the result folder (resumed if killed)."""
+        """The summary of `examples`; with `out`, also the result folder (resumed if killed).
+        When rescoring, the questions without stored candidates are left out."""
+        if self.candidates_from is not None:
+            from acesql.eval.rescore import matching_examples
+
+            examples = matching_examples(examples, self.tools["stored"], str(self.candidates_from))
         common = dict(model=self.cfg.model, dataset=dataset, split=split, settings=self.settings)
         if out is None:
             summary, _ = evaluate_in_memory(
@@ -167,3 +190,21 @@ class Evaluator:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def stored_candidates(folder: str) -> dict[int, dict]:
+    """The rows of an r3 evaluation in `folder` (finished or not), by question index."""
+    from acesql.eval.compare import load_rows
+
+    splits = load_rows(folder)
+    if len(splits) != 1:
+        found = ", ".join(splits) or "none"
+        raise DataError(f"{folder}: expected the rows of one evaluation, found splits: {found}")
+    (rows,) = splits.values()
+    stored = {r["index"]: r for r in rows if r.get("r3_pool") is not None}
+    if not stored:
+        raise DataError(
+            f"{folder} holds no stored candidates: evaluate with --selection r3 and --out "
+            "(rows written before candidates were kept cannot be rescored)"
+        )
+    return stored

@@ -1,0 +1,170 @@
+"""Selection scored again on the candidates an earlier r3 evaluation drew: another judge, or
+more candidates, with nothing generated.
+
+    stored = stored_candidates("results/r3-dev")   # {question index: row} (acesql.eval.session)
+    summary, rows = rescore_examples(examples, stored, executor, judge, maj_k=16,
+                                     selection={"method": "r3"}, contexts=contexts)
+
+`acesql eval --selection r3` keeps each question's candidates in its rows (`r3_pool`, and
+with resampling the drawn ones, `r3rs_drawn`). Rescoring reads them back: the greedy
+pipeline's fields are the stored row's, the candidates run again against the gold, and
+maj@k, candidate recall, pointwise best-of-k, groupwise ranking and (when asked) ranking after
+resampling are scored as `acesql.eval.selection` scores them. Every comparison with the stored
+run is then paired on the same samples, and a second judge (a ranker trained apart, say)
+costs its judgments only.
+
+- k up to the first pool's size takes its first k candidates.
+- A larger k goes on with the drawn candidates in the order they were drawn. They are more
+  samples of the same generator on the same pruned schema only when the run drew from the
+  generator: a row drawn on a wider schema (`resample_from: pipeline`) is refused, and so is
+  a row with fewer than k candidates (its auditor did not fire).
+- Resampling replays the stored draw: the judge's own auditor decides whether it fires, and
+  what it draws is what the run drew. So it needs k equal to the first pool's size and
+  `resample_candidates` equal to the stored draw's size; a question where the judge fires and
+  the run drew nothing is refused, naming it.
+
+A candidate whose verdict now differs from the stored one (a changed database, a timeout) is
+counted in the row's `rescore_changed`; the new verdict is the one scored.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from acesql.data.loaders import Example
+from acesql.errors import DataError
+from acesql.eval.metrics import failure_category, summarize
+from acesql.eval.selection import ranked_fields, vote_fields
+from acesql.ranking.judge import Context
+
+# the fields a selection writes: everything else in a stored row is the greedy pipeline's
+SELECTION_PREFIXES = ("maj_", "point_", "r3_", "r3rs_", "prm_")
+SELECTION_FIELDS = {"oracle_match", "category", "rescore_changed"}
+
+
+def matching_examples(examples: list[Example], stored: dict[int, dict], folder: str):
+    """The examples that have stored candidates; a stored row for another question is an
+    error (the wrong dataset or split), a question without one is left out and said."""
+    kept = []
+    for ex in examples:
+        row = stored.get(ex.index)
+        if row is None:
+            continue
+        if (row.get("question"), row.get("gold_sql")) != (ex.question, ex.sql):
+            raise DataError(
+                f"{folder} question {ex.index} is {row.get('question')!r}, here it is "
+                f"{ex.question!r}: rescore on the dataset and split that run evaluated"
+            )
+        kept.append(ex)
+    if len(kept) < len(examples):
+        print(
+            f"{len(examples) - len(kept)} of {len(examples)} questions have no stored "
+            f"candidates in {folder}: left out",
+            file=sys.stderr,
+        )
+    return kept
+
+
+def rescore_examples(
+    examples: list[Example],
+    stored: dict[int, dict],
+    executor,
+    judge,
+    *,
+    contexts: list[Context],
+    mode: str = "multiset",
+    maj_k: int = 8,
+    selection: dict | None = None,
+) -> tuple[dict, list[dict]]:
+    """Score `examples` on their stored candidates (see the module doc); (summary, rows).
+    `contexts[i]` is what the judge reads for `examples[i]`: its question and pruned schema."""
+    selection = selection or {"method": "maj"}
+    resample = bool(selection.get("resample")) and selection.get("method") == "r3"
+    pools, rows = [], []
+    for ex in examples:
+        row = stored[ex.index]
+        pool = _pool(row, maj_k, ex.index)
+        if resample and maj_k != len(row["r3_pool"]):
+            raise DataError(
+                f"resampling replays the stored draw, so it ranks first pools of the stored "
+                f"size ({len(row['r3_pool'])}), not {maj_k}: drop --resample or the candidates"
+            )
+        pools.append(pool)
+        rows.append({k: v for k, v in row.items() if not _is_selection(k)})
+    checks = [(ex.db_path, sql, ex.sql) for ex, pool in zip(examples, pools) for sql in pool]
+    verdicts = executor.match_many(checks, mode, keep_rows=True)
+    start = 0
+    for ex, row, pool, context in zip(examples, rows, pools, contexts):
+        mine, start = verdicts[start : start + len(pool)], start + len(pool)
+        kept = stored[ex.index]
+        drawn = kept.get("r3rs_drawn") or []
+        was = [*kept["r3_pool_match"], *(kept.get("r3rs_drawn_match") or [])]
+        row["rescore_changed"] = sum(bool(v.match.match) != w for v, w in zip(mine, was))
+        row.update(vote_fields(pool, mine, mode))
+        if len(pool) == len(kept["r3_pool"]) and "maj_tokens" in kept:
+            row["maj_tokens"] = kept["maj_tokens"]  # the same samples' length
+        if selection.get("method") == "r3":
+            replay = _replay(ex, drawn, kept.get("r3rs_drawn_schema"), executor, mode)
+            row.update(
+                ranked_fields(
+                    context,
+                    pool,
+                    mine,
+                    judge,
+                    mode,
+                    tau=selection.get("tau", 0.05),
+                    resample=replay if resample else None,
+                    resample_candidates=selection.get("resample_candidates", 16),
+                    audit_threshold=selection.get("audit_threshold", 0.5),
+                    resample_pool=selection.get("resample_pool", "new"),
+                )
+            )
+        row["category"] = failure_category(row)
+    return summarize(rows), rows
+
+
+def _is_selection(key: str) -> bool:
+    return key.startswith(SELECTION_PREFIXES) or key in SELECTION_FIELDS
+
+
+def _pool(row: dict, k: int, index: int) -> list[str]:
+    """The first k stored candidates of one question: its first pool, then its draw."""
+    first, drawn = row["r3_pool"], row.get("r3rs_drawn") or []
+    if k <= len(first):
+        return first[:k]
+    if row.get("r3rs_drawn_schema") is not None:
+        raise DataError(
+            f"question {index}: its drawn candidates were written on a wider schema "
+            "(resample_from: pipeline), so they are not more samples of the first pool: "
+            f"rescore at most {len(first)} candidates"
+        )
+    if len(first) + len(drawn) < k:
+        raise DataError(
+            f"question {index} has {len(first) + len(drawn)} stored candidates, fewer than "
+            f"{k}: rescore fewer, or draw on every question (a higher audit_threshold)"
+        )
+    return [*first, *drawn[: k - len(first)]]
+
+
+def _replay(ex: Example, drawn: list[str], schema: str | None, executor, mode: str):
+    """A resampler that returns what the stored run drew, run and matched again."""
+
+    def resample(m: int):
+        if not drawn:
+            raise DataError(
+                f"question {ex.index}: this judge's auditor fires where the stored run's did "
+                "not, and that run drew nothing here to replay: rescore a run that drew on "
+                "every question (a higher audit_threshold)"
+            )
+        if m != len(drawn):
+            raise DataError(
+                f"question {ex.index}: the stored run drew {len(drawn)} candidates, not {m}: "
+                f"set resample_candidates to {len(drawn)}"
+            )
+        verdicts = executor.match_many(
+            [(ex.db_path, s, ex.sql) for s in drawn], mode, keep_rows=True
+        )
+        context = Context(ex.question, schema, ex.evidence or "") if schema is not None else None
+        return list(drawn), verdicts, context
+
+    return resample

@@ -1,0 +1,170 @@
+"""Rescoring stored candidates: another judge or a larger n on the samples an r3 run drew."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from acesql.cli import cli
+from acesql.data.loaders import load_dataset
+from acesql.errors import DataError
+from acesql.eval.end_to_end import evaluate_examples
+from acesql.eval.rescore import matching_examples
+from acesql.eval.session import stored_candidates
+from acesql.sql.batch_executor import BatchExecutor
+from tests.helpers import RoleEngine, sql_answer
+from tests.test_selection import Judge
+
+# sample 0 is greedy; 1-3 the first pool; the draw of 4 is samples 1-4 again
+WRONG = {1: "SELECT 12345", 2: "SELECT 54321", 4: "SELECT 777"}
+R3 = {"method": "r3", "tau": 0.05, "resample": True, "resample_candidates": 4}
+SELECTED = ("maj_", "point_", "r3_", "r3rs_", "oracle_match")
+
+
+class Sampler(RoleEngine):
+    def __init__(self, examples):
+        super().__init__(examples, self._generator)
+        self.calls = 0
+
+    def _generator(self, ex, n, options):
+        greedy = options.get("temperature") == 0.0
+        return [sql_answer(WRONG.get(0 if greedy else i + 1, ex.sql)) for i in range(n)]
+
+    def generate(self, prompts, n=1, **options):
+        self.calls += 1
+        return super().generate(prompts, n, **options)
+
+
+@pytest.fixture(scope="module")
+def stored_run(synth_dir, tiny_model_dir):
+    from acesql.models.base_model import load_tokenizer
+    from acesql.models.prompts import PromptBuilder
+
+    examples = load_dataset(synth_dir, "synth", "train").examples[:4]
+    prompts = PromptBuilder(load_tokenizer(tiny_model_dir))
+    with BatchExecutor(workers=0) as executor:
+        # a judge that trusts no SQL: the auditor fires on every question
+        _, rows = evaluate_examples(
+            examples,
+            Sampler(examples),
+            prompts,
+            executor,
+            maj_k=3,
+            selection=R3,
+            judge=Judge(set()),
+        )
+    return examples, prompts, {r["index"]: r for r in rows}
+
+
+def rescore(stored_run, judge, k, selection):
+    examples, prompts, stored = stored_run
+    engine = Sampler(examples)
+    with BatchExecutor(workers=0) as executor:
+        summary, rows = evaluate_examples(
+            examples,
+            engine,
+            prompts,
+            executor,
+            maj_k=k,
+            selection=selection,
+            judge=judge,
+            stored=stored,
+        )
+    assert engine.calls == 0  # nothing generated
+    return summary, rows
+
+
+def test_the_same_judge_on_the_same_candidates_gives_the_stored_run_back(stored_run):
+    _, _, stored = stored_run
+    assert all(r["r3rs_fired"] and len(r["r3rs_drawn"]) == 4 for r in stored.values())
+    _, rows = rescore(stored_run, Judge(set()), 3, R3)
+    for row in rows:
+        before = stored[row["index"]]
+        assert {k: v for k, v in row.items() if k.startswith(SELECTED)} == {
+            k: v for k, v in before.items() if k.startswith(SELECTED)
+        }
+        assert row["pred_sql"] == before["pred_sql"] and row["rescore_changed"] == 0
+
+
+def test_another_judge_changes_only_the_ranking(stored_run):
+    examples, _, stored = stored_run
+    summary, rows = rescore(stored_run, Judge({ex.sql for ex in examples}), 3, R3)
+    assert summary["maj_ex"] == 0.0 and summary["oracle_ex"] == 1.0  # the same samples
+    assert summary["r3_ex"] == 1.0 and summary["point_ex"] == 1.0
+    # this auditor trusts the first pool: nothing is replayed
+    assert not any(r["r3rs_fired"] for r in rows) and summary["r3rs_generated"] == 3
+    assert all(r["pipeline_match"] == stored[r["index"]]["pipeline_match"] for r in rows)
+
+
+def test_a_larger_n_goes_on_with_the_drawn_candidates(stored_run):
+    examples, _, stored = stored_run
+    summary, rows = rescore(stored_run, Judge(set()), 5, {"method": "r3"})
+    for row in rows:
+        first, drawn = stored[row["index"]]["r3_pool"], stored[row["index"]]["r3rs_drawn"]
+        assert row["r3_pool"] == first + drawn[:2] and row["maj_k"] == 5
+        assert "r3rs_match" not in row
+    # wrong, wrong, gold, wrong, wrong: two wrong answers outvote the one gold
+    gold = {ex.index: ex.sql for ex in examples}
+    assert all(r["r3_pool"].count(gold[r["index"]]) == 1 for r in rows)
+    assert summary["maj_ex"] == 0.0 and summary["oracle_ex"] == 1.0
+    _, voted = rescore(stored_run, None, 7, {"method": "maj"})
+    # ... + gold, 777: four answers, three of them twice
+    assert all((r["maj_k"], r["maj_votes"], r["maj_groups"]) == (7, 2, 4) for r in voted)
+
+
+@pytest.mark.parametrize(
+    "k, selection, message",
+    [
+        (8, {"method": "maj"}, "7 stored candidates, fewer than 8"),
+        (2, R3, "stored size \\(3\\), not 2"),
+        (3, {**R3, "resample_candidates": 5}, "drew 4 candidates, not 5"),
+    ],
+)
+def test_what_the_stored_run_cannot_give_is_refused(stored_run, k, selection, message):
+    with pytest.raises(DataError, match=message):
+        rescore(stored_run, Judge(set()), k, selection)
+
+
+def test_a_pipeline_draw_is_not_more_of_the_first_pool(stored_run):
+    examples, prompts, stored = stored_run
+    wider = {i: {**r, "r3rs_drawn_schema": "t(a, b)"} for i, r in stored.items()}
+    with pytest.raises(DataError, match="wider schema"):
+        rescore((examples, prompts, wider), Judge(set()), 5, {"method": "maj"})
+
+
+def test_stored_rows_must_be_of_the_questions_asked(stored_run, tmp_path):
+    examples, _, stored = stored_run
+    assert matching_examples(examples[1:], stored, "run") == examples[1:]
+    moved = {i + 1: r for i, r in stored.items()}
+    with pytest.raises(DataError, match="rescore on the dataset and split that run evaluated"):
+        matching_examples(examples, moved, "run")
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"index": 0, "question": "?"}) + "\n")
+    with pytest.raises(DataError, match="holds no stored candidates"):
+        stored_candidates(str(tmp_path))
+
+
+def test_the_command_rescores_a_folder_paired_with_it(synth_dir, tiny_model_dir, tmp_path):
+    common = ["--model", str(tiny_model_dir), "--dataset", str(synth_dir), "--format", "synth"]
+    common += ["--split", "train", "--limit", "3", "--max-new-tokens", "6", "--selection", "r3"]
+    first = CliRunner().invoke(
+        cli,
+        ["eval", *common, "--candidates", "2", "--resample", "--resample-candidates", "3"]
+        + ["--audit-threshold", "0.999", "--out", str(tmp_path / "a")],
+    )
+    assert first.exit_code == 0, first.output
+    again = CliRunner().invoke(
+        cli,
+        ["eval", *common, "--candidates", "4", "--candidates-from", str(tmp_path / "a")]
+        + ["--out", str(tmp_path / "b")],
+    )
+    assert again.exit_code == 0, again.output
+    metrics = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    assert metrics["candidates_from"] == str((tmp_path / "a").resolve())
+    a, b = ([json.loads(x) for x in (tmp_path / d / "rows.jsonl").open()] for d in "ab")
+    assert [r["index"] for r in a] == [r["index"] for r in b]
+    for x, y in zip(a, b):
+        assert y["r3_pool"] == x["r3_pool"] + x["r3rs_drawn"][:2] and y["maj_k"] == 4
+    paired = CliRunner().invoke(
+        cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
+    )
+    assert paired.exit_code == 0 and "maj" in paired.output
