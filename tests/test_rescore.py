@@ -56,7 +56,18 @@ def stored_run(synth_dir, tiny_model_dir):
     return examples, prompts, {r["index"]: r for r in rows}
 
 
-def rescore(stored_run, judge, k, selection):
+class Scorer:
+    """A process scorer of the direct view that rewards the SQL texts in `right`."""
+
+    def __init__(self, right: set[str], view: str = "direct"):
+        self.right, self.view, self.seen = right, view, []
+
+    def rewards(self, question, schema_text, evidence, db_path, completions, *, schema):
+        self.seen.append((schema_text, schema))
+        return [0.9 if c.text in self.right else None if not c.text else 0.2 for c in completions]
+
+
+def rescore(stored_run, judge, k, selection, scorer=None):
     examples, prompts, stored = stored_run
     engine = Sampler(examples)
     with BatchExecutor(workers=0) as executor:
@@ -68,6 +79,7 @@ def rescore(stored_run, judge, k, selection):
             maj_k=k,
             selection=selection,
             judge=judge,
+            process_scorer=scorer,
             stored=stored,
         )
     assert engine.calls == 0  # nothing generated
@@ -110,6 +122,21 @@ def test_a_larger_n_goes_on_with_the_drawn_candidates(stored_run):
     _, voted = rescore(stored_run, None, 7, {"method": "maj"})
     # ... + gold, 777: four answers, three of them twice
     assert all((r["maj_k"], r["maj_votes"], r["maj_groups"]) == (7, 2, 4) for r in voted)
+
+
+def test_prm_best_of_n_scores_the_stored_candidates(stored_run):
+    from acesql.errors import ConfigError
+
+    examples, _, stored = stored_run
+    scorer = Scorer({ex.sql for ex in examples})
+    summary, rows = rescore(stored_run, None, 3, {"method": "prm"}, scorer)
+    assert summary["maj_ex"] == 0.0 and all(r["prm_match"] for r in rows)
+    assert all(r["prm_rewards"] == [0.2, 0.2, 0.9] and r["prm_scored"] == 3 for r in rows)
+    # each question's pruned schema as text, and its database's schema to rewrite against
+    assert len(scorer.seen) == len(rows)
+    assert all(text and schema.tables for text, schema in scorer.seen)
+    with pytest.raises(ConfigError, match="direct view"):
+        rescore(stored_run, None, 3, {"method": "prm"}, Scorer(set(), view="cocte"))
 
 
 @pytest.mark.parametrize(

@@ -89,6 +89,8 @@ def evaluate_examples(
             mode=mode,
             maj_k=maj_k,
             selection=selection,
+            process_scorer=process_scorer,
+            schemas=schemas,
         )
         rows += unusable
         return summarize(rows), rows

@@ -4,14 +4,19 @@ more candidates, with nothing generated.
     stored = stored_candidates("results/r3-dev")   # {question index: row} (acesql.eval.session)
     summary, rows = rescore_examples(examples, stored, executor, judge, maj_k=16,
                                      selection={"method": "r3"}, contexts=contexts)
+    # or selection={"method": "prm"}, process_scorer=scorer, schemas=SchemaCache(0)
 
 `acesql eval --selection r3` keeps each question's candidates in its rows (`r3_pool`, and
 with resampling the drawn ones, `r3rs_drawn`). Rescoring reads them back: the greedy
 pipeline's fields are the stored row's, the candidates run again against the gold, and
 maj@k, candidate recall, pointwise best-of-k, groupwise ranking and (when asked) ranking after
-resampling are scored as `acesql.eval.selection` scores them. Every comparison with the stored
-run is then paired on the same samples, and a second judge (a ranker trained apart, say)
-costs its judgments only.
+resampling, or PRM best-of-k, are scored as `acesql.eval.selection` scores them. Every
+comparison with the stored run is then paired on the same samples, and a second judge (a
+ranker trained apart, a process score model) costs its judgments only.
+
+PRM best-of-k needs a score model of the direct view (`prm_data.sql_format: direct`): the rows
+keep each candidate's SQL, not the text and token log-probabilities a chain-reading score
+model weights its steps by.
 
 - k up to the first pool's size takes its first k candidates.
 - A larger k goes on with the drawn candidates in the order they were drawn. They are more
@@ -32,9 +37,10 @@ from __future__ import annotations
 import sys
 
 from acesql.data.loaders import Example
-from acesql.errors import DataError
+from acesql.errors import ConfigError, DataError
 from acesql.eval.metrics import failure_category, summarize
-from acesql.eval.selection import ranked_fields, vote_fields
+from acesql.eval.selection import prm_fields, ranked_fields, vote_fields
+from acesql.models.engine import Completion
 from acesql.ranking.judge import Context
 
 # the fields a selection writes: everything else in a stored row is the greedy pipeline's
@@ -69,16 +75,24 @@ def rescore_examples(
     examples: list[Example],
     stored: dict[int, dict],
     executor,
-    judge,
+    judge=None,
     *,
     contexts: list[Context],
     mode: str = "multiset",
     maj_k: int = 8,
     selection: dict | None = None,
+    process_scorer=None,
+    schemas=None,
 ) -> tuple[dict, list[dict]]:
     """Score `examples` on their stored candidates (see the module doc); (summary, rows).
-    `contexts[i]` is what the judge reads for `examples[i]`: its question and pruned schema."""
+    `contexts[i]` is what the judge reads for `examples[i]`: its question and pruned schema;
+    `judge` ranks (r3), `process_scorer` with `schemas` (`SchemaCache`) scores (prm)."""
     selection = selection or {"method": "maj"}
+    if selection.get("method") == "prm" and getattr(process_scorer, "view", None) != "direct":
+        raise ConfigError(
+            "PRM best-of-n on stored candidates needs a score model of the direct view "
+            "(prm_data.sql_format: direct): the rows keep SQL, not chains with their tokens"
+        )
     resample = bool(selection.get("resample")) and selection.get("method") == "r3"
     pools, rows = [], []
     for ex in examples:
@@ -103,6 +117,16 @@ def rescore_examples(
         row.update(vote_fields(pool, mine, mode))
         if len(pool) == len(kept["r3_pool"]) and "maj_tokens" in kept:
             row["maj_tokens"] = kept["maj_tokens"]  # the same samples' length
+        if selection.get("method") == "prm":
+            rewards = process_scorer.rewards(
+                ex.question,
+                context.schema,
+                ex.evidence,
+                ex.db_path,
+                [Completion(sql, [], [], "stop") for sql in pool],
+                schema=schemas(ex),
+            )
+            row.update(prm_fields(pool, mine, rewards, mode))
         if selection.get("method") == "r3":
             replay = _replay(ex, drawn, kept.get("r3rs_drawn_schema"), executor, mode)
             row.update(

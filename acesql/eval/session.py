@@ -98,10 +98,10 @@ class Evaluator:
         self.progress = progress
         self.candidates_from = candidates_from
         method = selection.method if selection is not None else "greedy"
-        if candidates_from is not None and method not in ("maj", "r3"):
+        if candidates_from is not None and method not in ("maj", "r3", "prm"):
             raise ConfigError(
                 "rescoring stored candidates scores a selection among them: pass "
-                "--selection maj or r3"
+                "--selection maj, r3 or prm"
             )
         if method == "r3" and cfg.generation.engine != "transformers":
             raise ConfigError(
