@@ -70,14 +70,7 @@ def evaluate_examples(
     if stored is not None:
         from acesql.eval.rescore import rescore_examples
 
-        contexts = [
-            Context(
-                ex.question,
-                prompts.schema_text(schemas(ex), stored[ex.index]["retrieved_columns"]),
-                ex.evidence or "",
-            )
-            for ex in examples
-        ]
+        contexts = [_judged_in(prompts, schemas, ex, stored[ex.index]) for ex in examples]
         if selection and selection.get("method") == "r3":
             judge = judge or LetterJudge(engine.model, engine.tokenizer)
         _, rows = rescore_examples(
@@ -175,14 +168,7 @@ def evaluate_examples(
                 )
                 row.update(prm_fields(sqls, verdicts, rewards, mode))
         if selection and selection.get("method") == "r3":
-            contexts = [
-                Context(
-                    ex.question,
-                    prompts.schema_text(schemas(ex), row["retrieved_columns"]),
-                    ex.evidence or "",
-                )
-                for ex, row in zip(examples, rows)
-            ]
+            contexts = [_judged_in(prompts, schemas, ex, row) for ex, row in zip(examples, rows)]
             judge = judge or LetterJudge(engine.model, engine.tokenizer)
             resamplers = [None] * len(examples)
             if selection.get("resample"):
@@ -211,6 +197,12 @@ def evaluate_examples(
         row["category"] = failure_category(row)
     rows += unusable
     return summarize(rows), rows
+
+
+def _judged_in(prompts, schemas, ex: Example, row: dict) -> Context:
+    """What a judge reads of one question: the schema pruned to the row's retrieved columns."""
+    text = prompts.schema_text(schemas(ex), row["retrieved_columns"])
+    return Context(ex.question, text, ex.evidence or "")
 
 
 def _unusable_row(ex: Example) -> dict:
