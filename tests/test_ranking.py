@@ -82,6 +82,36 @@ def test_the_letter_judge_is_symmetric_bounded_and_cached(tiny_model_dir):
     assert judge.pointwise(context, a) == point and judge.calls == calls  # from the cache
 
 
+def test_judgments_sharing_a_prefix_read_what_each_prompt_reads_alone(tiny_model_dir):
+    import torch
+
+    from acesql.models.base_model import load_model, load_tokenizer
+    from acesql.ranking.judge import next_token_logprobs, point_prompt
+
+    model, tokenizer = load_model(tiny_model_dir).eval(), load_tokenizer(tiny_model_dir)
+    context = Context("Which students are older than 20?", "student(id, name, age)\n" * 8)
+    sqls = ["SELECT name FROM student WHERE age > 20", "SELECT 1", "SELECT name FROM student"]
+    prompts = [point_prompt(tokenizer, context, Candidate(s, ok((1,)))) for s in sqls]
+    prompts.append("an unrelated prompt: nothing in common")  # the batch shares no prefix
+    with torch.no_grad():
+        alone = torch.cat(
+            [
+                torch.log_softmax(
+                    model(**tokenizer(p, return_tensors="pt", add_special_tokens=False)).logits[
+                        :, -1
+                    ],
+                    -1,
+                )
+                for p in prompts
+            ]
+        )
+    for batch in prompts[:3], prompts:  # a shared prefix, then none worth sharing
+        for size in (1, 2, 8):  # rows of unequal length, padded in one batch or several
+            together = next_token_logprobs(model, tokenizer, batch, batch_size=size)
+            assert together.shape == (len(batch), alone.shape[1])
+            assert torch.allclose(together, alone[: len(batch)], atol=1e-4)
+
+
 class AskEngine:
     """A retriever that names one column, a generator whose samples are given."""
 

@@ -15,11 +15,13 @@ judged twice for one question (and a question asked of two databases is judged o
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
 
 from acesql.agent.observation import render_observation
+from acesql.models.logits import cache_argument, cache_of
 from acesql.models.prompts import templates
 from acesql.sql.sandbox import ExecResult
 
@@ -124,14 +126,7 @@ class LetterJudge:
         return pair_prompt(self.tokenizer, context, a, b)
 
     def _point_prompt(self, context: Context, c: Candidate) -> str:
-        user = templates()["ranker"]["pointwise"].format(
-            schema=context.schema,
-            question=context.question,
-            hint=_hint(context),
-            sql=c.sql,
-            result=render_observation(c.result, max_rows=PREVIEW_ROWS),
-        )
-        return self._chat(user)
+        return point_prompt(self.tokenizer, context, c)
 
     def _first_letter(self, prompts: list[str], letters: list[int]) -> list[float]:
         """The probability of the first letter among `letters` at each prompt's next token."""
@@ -161,6 +156,18 @@ def pair_prompt(tokenizer, context: Context, a: Candidate, b: Candidate) -> str:
     return _ranker_chat(tokenizer, user)
 
 
+def point_prompt(tokenizer, context: Context, c: Candidate) -> str:
+    """The pointwise judgment's chat prompt: does this query answer the question?"""
+    user = templates()["ranker"]["pointwise"].format(
+        schema=context.schema,
+        question=context.question,
+        hint=_hint(context),
+        sql=c.sql,
+        result=render_observation(c.result, max_rows=PREVIEW_ROWS),
+    )
+    return _ranker_chat(tokenizer, user)
+
+
 def _ranker_chat(tokenizer, user: str) -> str:
     messages = [
         {"role": "system", "content": templates()["ranker"]["system"]},
@@ -169,27 +176,70 @@ def _ranker_chat(tokenizer, user: str) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+SHARED_MIN_TOKENS = 16  # a shorter common prefix is not worth a forward of its own
+
+
 @torch.no_grad()
 def next_token_logprobs(model, tokenizer, prompts: list[str], batch_size: int = 8) -> torch.Tensor:
     """Log-probabilities over the vocabulary of the token after each prompt, (prompts, vocab)
-    in fp32 on the CPU; prompts are left-padded in batches of `batch_size`."""
-    out = []
+    in fp32 on the CPU.
+
+    The prompts' longest common token prefix (one question's judgments share the system
+    prompt, the schema and the question) runs once, and every batch of `batch_size` rows
+    continues from its key/value cache: each row's own tokens are left-padded after it, with
+    positions that go on from the prefix, so a row sees what it would see alone: the same
+    log-probabilities to float error. On Qwen2.5-Coder-0.5B, one CPU thread, one question's
+    14 judgments (385 tokens each, 265 shared) took 15.1 s against 41.8 s run whole
+    (`bench/judge_bench.py`).
+    """
+    if not prompts:
+        return torch.empty(0)
     device = next(model.parameters()).device
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start : start + batch_size]
-            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
-            logits = model(
-                input_ids=enc.input_ids.to(device),
-                attention_mask=enc.attention_mask.to(device),
-                logits_to_keep=1,  # the last position only: a vocabulary row, not one per token
-            ).logits[:, -1, :]
-            out.append(torch.log_softmax(logits.float(), dim=-1).cpu())
-    finally:
-        tokenizer.padding_side = side
+    ids = [tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
+    shared = _common_prefix(ids) if len(ids) > 1 else 0
+    shared = shared if shared >= SHARED_MIN_TOKENS else 0
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    out = []
+    prefix = None
+    if shared:
+        head = torch.tensor([ids[0][:shared]], device=device)
+        prefix = cache_of(model(input_ids=head, use_cache=True, logits_to_keep=1))
+    for start in range(0, len(ids), batch_size):
+        rows = [x[shared:] for x in ids[start : start + batch_size]]
+        width = max(map(len, rows))
+        tokens = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+        positions = shared + (mask.cumsum(-1) - 1).clamp(min=0)
+        extra = {}
+        if prefix is not None:
+            cache = copy.deepcopy(prefix)
+            cache.batch_repeat_interleave(len(rows))
+            extra[cache_argument(model)] = cache
+            mask = torch.cat([mask.new_ones(len(rows), shared), mask], dim=1)
+        logits = model(
+            input_ids=tokens,
+            attention_mask=mask,
+            position_ids=positions,
+            logits_to_keep=1,  # the last position only: a vocabulary row, not one per token
+            **extra,
+        ).logits[:, -1, :]
+        out.append(torch.log_softmax(logits.float(), dim=-1).cpu())
     return torch.cat(out)
+
+
+def _common_prefix(ids: list[list[int]]) -> int:
+    """How many leading tokens all of `ids` share, leaving each at least one of its own.
+
+    >>> _common_prefix([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]])
+    2
+    >>> _common_prefix([[1, 2], [1, 2]])
+    1
+    """
+    limit = min(map(len, ids)) - 1
+    n = 0
+    while n < limit and all(x[n] == ids[0][n] for x in ids):
+        n += 1
+    return n
 
 
 def _hint(context: Context) -> str:
