@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from acesql.cli import cli
 from acesql.data.loaders import load_dataset
-from acesql.errors import DataError
+from acesql.errors import AcesqlError, DataError
 from acesql.eval.end_to_end import evaluate_examples
 from acesql.eval.rescore import matching_examples
 from acesql.eval.session import stored_candidates
@@ -195,3 +195,22 @@ def test_the_command_rescores_a_folder_paired_with_it(synth_dir, tiny_model_dir,
         cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
     )
     assert paired.exit_code == 0 and "maj" in paired.output
+
+
+def test_the_command_says_what_it_cannot_rescore(synth_dir, tiny_model_dir, tmp_path):
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "rows.jsonl").write_text(json.dumps({"index": 0}) + "\n")
+    common = ["eval", "--model", str(tiny_model_dir), "--dataset", str(synth_dir)]
+    common += ["--format", "synth", "--split", "train", "--limit", "2"]
+    cases = [
+        (["--selection", "r3"], "holds no stored candidates"),
+        (["--selection", "greedy"], "pass --selection maj, r3 or prm"),
+    ]
+    for flags, message in cases:
+        result = CliRunner().invoke(
+            cli, [*common, *flags, "--candidates-from", str(tmp_path / "old")]
+        )
+        # an AcesqlError, which `acesql` prints as one line ("error: ...") and exits 2 on
+        assert isinstance(result.exception, AcesqlError), result.output
+        assert message in str(result.exception)
+    assert [p.name for p in (tmp_path / "old").iterdir()] == ["rows.jsonl"]  # nothing written
