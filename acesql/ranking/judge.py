@@ -107,20 +107,12 @@ class LetterJudge:
             lines.append(
                 f"Group {k}: {len(group)} candidate(s){note}\n```sql\n{first.sql}\n```\n{preview}"
             )
-        user = templates()["ranker"]["auditor"].format(
-            schema=context.schema,
-            question=context.question,
-            hint=_hint(context),
-            pool="\n\n".join(lines),
-        )
-        return self._first_letter([self._chat(user)], self.letters["point"])[0]
+        prompt = ranker_prompt(self.tokenizer, "auditor", context, pool="\n\n".join(lines))
+        return self._first_letter([prompt], self.letters["point"])[0]
 
     # ------------------------------------------------------------------ internals
     def _token(self, text: str) -> int:
         return letter_id(self.tokenizer, text)
-
-    def _chat(self, user: str) -> str:
-        return _ranker_chat(self.tokenizer, user)
 
     def pair_prompt(self, context: Context, a: Candidate, b: Candidate) -> str:
         return pair_prompt(self.tokenizer, context, a, b)
@@ -144,26 +136,33 @@ def letter_id(tokenizer, text: str) -> int:
 
 def pair_prompt(tokenizer, context: Context, a: Candidate, b: Candidate) -> str:
     """The pairwise judgment's chat prompt: is query A or query B the right one?"""
-    user = templates()["ranker"]["pairwise"].format(
-        schema=context.schema,
-        question=context.question,
-        hint=_hint(context),
+    return ranker_prompt(
+        tokenizer,
+        "pairwise",
+        context,
         sql_a=a.sql,
         result_a=render_observation(a.result, max_rows=PREVIEW_ROWS),
         sql_b=b.sql,
         result_b=render_observation(b.result, max_rows=PREVIEW_ROWS),
     )
-    return _ranker_chat(tokenizer, user)
 
 
 def point_prompt(tokenizer, context: Context, c: Candidate) -> str:
     """The pointwise judgment's chat prompt: does this query answer the question?"""
-    user = templates()["ranker"]["pointwise"].format(
-        schema=context.schema,
-        question=context.question,
-        hint=_hint(context),
+    return ranker_prompt(
+        tokenizer,
+        "pointwise",
+        context,
         sql=c.sql,
         result=render_observation(c.result, max_rows=PREVIEW_ROWS),
+    )
+
+
+def ranker_prompt(tokenizer, kind: str, context: Context, **fields: str) -> str:
+    """The chat prompt of the ranker's `kind` judgment (`prompts.yaml`'s `ranker` section):
+    the schema, question and hint of `context`, and the judgment's own `fields`."""
+    user = templates()["ranker"][kind].format(
+        schema=context.schema, question=context.question, hint=_hint(context), **fields
     )
     return _ranker_chat(tokenizer, user)
 
