@@ -36,6 +36,7 @@ from acesql.eval.metrics import summarize
 from acesql.eval.report import write_report
 from acesql.eval.sql_eval import write_bird_predictions
 from acesql.locks import folder_locked
+from acesql.memory import release_free_heap
 
 CHUNK_SIZE = 16  # questions per saved chunk: the work a kill can lose
 
@@ -116,6 +117,7 @@ def evaluate_to_folder(
                 fh.write(json.dumps({"chunk": _key(chunk), "rows": rows}, default=str) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
+                release_free_heap()  # judgments and executions leave freed pages behind too
                 bar.update(len(chunk))
         bar.close()
         rows = [row for chunk in chunks for row in done[_key(chunk)]]

@@ -38,6 +38,7 @@ from transformers import (
 )
 
 from acesql.errors import ConfigError
+from acesql.memory import release_free_heap
 from acesql.models.engine import Completion, Engine
 from acesql.models.logits import cache_argument, cache_of
 from acesql.models.precision import bf16_autocast_enabled
@@ -156,6 +157,7 @@ class HFEngine(Engine):
         finally:
             self.model.train(was_training)
             bar.close()
+            release_free_heap()  # the step logits' pages, freed but kept by the C heap
         groups = [completions[i * copies : (i + 1) * copies] for i in range(len(prompts))]
         if greedy:
             groups = [[_copy(group[0]) for _ in range(n)] for group in groups]
