@@ -14,7 +14,7 @@ from acesql.eval.compare import compare_table, load_evaluation
 from acesql.eval.end_to_end import evaluate_examples
 from acesql.eval.majority import majority_vote
 from acesql.eval.metrics import failure_category, summarize
-from acesql.eval.runner import evaluate_to_folder
+from acesql.eval.runner import evaluate_to_folder, read_unfinished
 from acesql.eval.sql_eval import load_predictions, write_bird_predictions
 from acesql.locks import lock_folder
 from acesql.sql.batch_executor import BatchExecutor
@@ -367,6 +367,28 @@ def test_a_killed_evaluation_resumes_without_redoing_chunks(setup, tmp_path, tin
     with BatchExecutor(workers=0) as executor:
         evaluate_to_folder(examples, changed, prompts, executor, tmp_path / "a", **kwargs)
     assert changed.calls == 3 * 3
+
+
+def test_a_run_over_questions_still_arriving_stays_unfinished_and_goes_on(setup, tmp_path):
+    examples, prompts = setup
+    kwargs = dict(model="m", dataset="synth", split="dev", settings={}, progress=False)
+    kwargs |= dict(chunk_size=4, growing=examples)
+    with BatchExecutor(workers=0) as executor:
+        first = Scripted(examples, lambda ex, i: ex.sql)
+        summary, rows = evaluate_to_folder(
+            examples[:8], first, prompts, executor, tmp_path / "a", **kwargs
+        )
+        assert summary["usable"] == 8 and first.calls == 2 * 2  # two chunks, two calls each
+        # nothing finished: the rows stay in the partial file, where --compare reads them
+        assert not (tmp_path / "a" / "metrics.json").exists()
+        assert len(read_unfinished(tmp_path / "a")[1]) == 8
+        later = Scripted(examples, lambda ex, i: ex.sql)
+        kwargs["growing"] = None  # every question there now
+        summary, rows = evaluate_to_folder(
+            examples, later, prompts, executor, tmp_path / "a", **kwargs
+        )
+    assert later.calls == 1 * 2 and summary["usable"] == len(examples) == 12
+    assert (tmp_path / "a" / "metrics.json").is_file()
 
 
 def test_a_second_evaluation_into_a_busy_folder_stops_and_changes_nothing(setup, tmp_path):
@@ -767,7 +789,6 @@ def test_an_unfinished_evaluation_compares_on_its_finished_questions(tmp_path):
 
 def test_unfinished_files_without_a_header_or_two_of_them(tmp_path):
     from acesql.eval.compare import load_rows
-    from acesql.eval.runner import read_unfinished
 
     _write_unfinished(tmp_path, [[True, False]])
     assert read_unfinished(tmp_path)[0] == {}

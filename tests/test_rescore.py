@@ -10,6 +10,7 @@ from acesql.data.loaders import load_dataset
 from acesql.errors import AcesqlError, DataError
 from acesql.eval.end_to_end import evaluate_examples
 from acesql.eval.rescore import matching_examples
+from acesql.eval.runner import read_unfinished
 from acesql.eval.session import stored_candidates
 from acesql.sql.batch_executor import BatchExecutor
 from tests.helpers import RoleEngine, sql_answer
@@ -195,6 +196,25 @@ def test_the_command_rescores_a_folder_paired_with_it(synth_dir, tiny_model_dir,
         cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
     )
     assert paired.exit_code == 0 and "maj" in paired.output
+    # a source still being written: its rows so far are scored, and the rescoring stays
+    # unfinished until it is run again on the finished source
+    (tmp_path / "running").mkdir()
+    header = {"header": {"model": "m", "dataset": "d", "split": "train", "questions": 3}}
+    chunk = {"chunk": "0-1-2", "rows": a[:2]}
+    (tmp_path / "running" / ".partial-0.jsonl").write_text(
+        "".join(json.dumps(x) + "\n" for x in (header, chunk))
+    )
+    early = CliRunner().invoke(
+        cli,
+        ["eval", *common, "--candidates", "4", "--candidates-from", str(tmp_path / "running")]
+        + ["--out", str(tmp_path / "c")],
+    )
+    assert early.exit_code == 0, early.output
+    assert "2 of 3 questions scored, kept unfinished" in early.output
+    assert not (tmp_path / "c" / "metrics.json").exists()
+    assert [r["r3_pool"] for r in read_unfinished(tmp_path / "c")[1]] == [
+        r["r3_pool"] for r in b[:2]
+    ]
 
 
 def test_the_command_says_what_it_cannot_rescore(synth_dir, tiny_model_dir, tmp_path):

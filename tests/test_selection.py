@@ -67,6 +67,8 @@ def test_ranking_scores_groupwise_pointwise_and_the_spread_inside_groups():
     assert (fields["r3_groups"], fields["r3_judged_pairs"]) == (2, 1)
     # pointwise spread: {a, c} 0.3 - 0.3 = 0, {b, d} 0.8 - 0.3 = 0.5
     assert fields["r3_point_spread"] == 0.25
+    # the one judged pair (a against b) was no tie, so preference put {b, d} first
+    assert fields["r3_ties"] == 0 and fields["r3_decided_by"] == "preference"
     assert "r3rs_match" not in fields
     # the pool is kept for scoring another judge or a larger n on the same samples
     assert fields["r3_pool"] == SQLS
@@ -93,6 +95,7 @@ def test_resampling_is_scored_by_the_drawn_candidates_verdicts():
     )
     # first pass: a tie between {a, c} and {b, d} (utility 0.4 each) goes to the group sampled first
     assert fields["r3_sql"] == "a" and fields["r3_match"] is False
+    assert fields["r3_ties"] == 1 and fields["r3_decided_by"] == "order"
     # the 5 kept: z (0.8) then a, b, c, d; {b, d, z} utility 0.5*0.8 + 0.5*3/5 = 0.7 beats 0.35
     assert fields["r3rs_sql"] == "z" and fields["r3rs_match"] is True
     assert fields["r3rs_fired"] is True and fields["r3rs_generated"] == 5 + 2 and drawn == [6]
@@ -219,3 +222,40 @@ def test_the_audit_sweep_reads_a_finished_folder_and_stops_where_the_rows_cannot
     (empty / "rows.jsonl").write_text(json.dumps({"pipeline_match": True}) + "\n")
     refused = CliRunner().invoke(cli, ["eval", "--audit-sweep", str(empty)])
     assert refused.exit_code == 2 and "no rows ranked with resampling" in refused.output
+
+
+def test_the_summary_says_how_often_the_rankers_pairwise_calls_decided():
+    from acesql.eval.metrics import _selection_scores as scores
+
+    def row(ties, pairs, by):
+        return {
+            "maj_match": False,
+            "r3_match": True,
+            "r3_ties": ties,
+            "r3_judged_pairs": pairs,
+            "r3_decided_by": by,
+        }
+
+    rows = [row(3, 3, "utility"), row(0, 1, "preference"), row(0, 0, "one group")]
+    summary = scores(rows)
+    # 3 ties in 4 judged pairs; preference settled 1 of the 2 questions with several groups
+    assert summary["r3_tie_rate"] == 0.75 and summary["r3_by_preference"] == 0.5
+    assert "r3_tie_rate" not in scores([row(0, 0, "one group")])
+
+
+def test_the_selections_table_ends_with_what_put_r3s_answer_first():
+    from acesql.eval.selection_report import selection_report
+
+    base = {"maj_k": 4, "maj_match": True, "r3_match": True, "oracle_match": True}
+    rows = [
+        dict(base, r3_ties=2, r3_judged_pairs=3, r3_decided_by="preference"),
+        dict(base, r3_ties=1, r3_judged_pairs=1, r3_decided_by="utility"),
+        dict(base, r3_ties=0, r3_judged_pairs=0, r3_decided_by="one group"),
+        dict(base),  # written before the fields existed
+    ]
+    last = selection_report({"dev": rows}).splitlines()[-1]
+    assert last == (
+        "r3's top group, 2 questions with several groups: by preference 1, by utility 1, "
+        "by sampling order 0; 3 of 4 judged pairs were ties"
+    )
+    assert "r3's top group" not in selection_report({"dev": [dict(base)]})

@@ -250,7 +250,8 @@ def evaluate_model(
     have given RUN (acesql.eval.audit_sweep). With --selections RUN, print each selection of
     RUN against its maj@n on the same candidates (acesql.eval.selection_report). With
     --candidates-from RUN, the selection on RUN's stored candidates, nothing generated
-    (acesql.eval.rescore): another judge, or a larger n, paired with RUN on the same samples.
+    (acesql.eval.rescore): another judge, or a larger n, paired with RUN on the same samples;
+    while RUN is unfinished, its rows so far, and the output stays unfinished until rerun.
 
     The flags build the `evaluate` params section and run the evaluate stage's code
     (acesql.eval.session), so a folder this command leaves unfinished resumes by either.

@@ -6,7 +6,9 @@ Each score comes with the count it is a share of. Overall and per complexity lev
   pruned schema (when k > 0), with `oracle_ex` (candidate recall: any of the k correct) and
   `maj_given_recall` (maj@k's accuracy on the questions with a correct candidate); with the
   r3 selection also `point_ex` (pointwise best-of-k), `r3_ex` (groupwise ranking),
-  `r3_given_recall`, `r3_point_spread` and, with resampling, `r3rs_ex`, `r3rs_fired`,
+  `r3_given_recall`, `r3_point_spread`, `r3_tie_rate` (judged pairs of groups the ranker
+  called a tie), `r3_by_preference` (questions with several groups whose answer the pairwise
+  preference chose, not utility) and, with resampling, `r3rs_ex`, `r3rs_fired`,
   `r3rs_generated` (candidates per question), `r3rs_oracle_ex` (recall of the pool ranked)
   and `r3rs_drawn_oracle` (recall of the new candidates, on the questions where it fired);
   with the prm selection `prm_ex` (PRM best-of-k), `prm_given_recall`, `prm_vote_ex` (the
@@ -219,6 +221,7 @@ def _selection_scores(voted: list[dict]) -> dict:
     spreads = [r for r in voted if r.get("r3_point_spread") is not None]
     if spreads:
         out["r3_point_spread"] = _mean(spreads, "r3_point_spread")
+    out |= _r3_decisions(voted)
     resampled = [r for r in voted if r.get("r3rs_match") is not None]
     if resampled:
         out["r3rs_correct"] = sum(bool(r["r3rs_match"]) for r in resampled)
@@ -229,6 +232,19 @@ def _selection_scores(voted: list[dict]) -> dict:
         drawn = [r for r in resampled if r.get("r3rs_drawn_oracle") is not None]
         if drawn:
             out["r3rs_drawn_oracle"] = _mean(drawn, "r3rs_drawn_oracle")
+    return out
+
+
+def _r3_decisions(rows: list[dict]) -> dict:
+    """How often the ranker's pairwise calls decided: its tie rate over judged pairs and the
+    share of questions with several groups that preference, not utility, settled."""
+    judged = [r for r in rows if r.get("r3_ties") is not None and r.get("r3_judged_pairs")]
+    out = {}
+    if judged:
+        pairs = sum(r["r3_judged_pairs"] for r in judged)
+        out["r3_tie_rate"] = round(sum(r["r3_ties"] for r in judged) / pairs, 4)
+        by_preference = sum(r.get("r3_decided_by") == "preference" for r in judged)
+        out["r3_by_preference"] = round(by_preference / len(judged), 4)
     return out
 
 

@@ -55,8 +55,14 @@ def evaluate_to_folder(
     chunk_size: int = CHUNK_SIZE,
     progress: bool = True,
     tools: dict | None = None,
+    growing: list[Example] | None = None,
 ) -> tuple[dict, list[dict]]:
     """Evaluate `examples`, resuming a killed run of the same job; write the folder.
+
+    `growing`: the whole question list, when `examples` is the part of it that can be scored
+    now and the rest comes later (rescoring an evaluation that is still running). It names the
+    run, so the next call resumes what this one scored; the folder stays unfinished (no
+    metrics.json, the rows in the partial file, which `--compare` and `--selections` read).
 
     `tools`: what the selection needs beyond the policy (`judge`, `process_scorer`), passed
     on to `evaluate_examples`; built once by the caller.
@@ -71,7 +77,7 @@ def evaluate_to_folder(
         " another output folder"
     )
     with folder_locked(out, DataError(busy)):
-        partial = out / f".partial-{fingerprint(model, examples, settings)}.jsonl"
+        partial = out / f".partial-{fingerprint(model, growing or examples, settings)}.jsonl"
         done = _read_partial(partial)
         start = time.monotonic()
         schemas = SchemaCache(prompts.sample_values)
@@ -122,6 +128,13 @@ def evaluate_to_folder(
         bar.close()
         rows = [row for chunk in chunks for row in done[_key(chunk)]]
         summary = _described(summarize(rows), model, dataset, split, settings, start)
+        if growing is not None:
+            print(
+                f"{len(rows)} of {len(growing)} questions scored, kept unfinished in {partial}: "
+                "run this again when more are there",
+                file=sys.stderr,
+            )
+            return summary, rows
         _write_folder(out, summary, rows)
         partial.unlink()
         return summary, rows

@@ -14,9 +14,11 @@ candidates:
 - `point_*`: pointwise best-of-n, the candidate with the ranker's highest P(right);
 - `r3_*`: R3-SQL's groupwise ranking (`acesql.ranking.select`), with `r3_point_spread`, the
   mean spread (max - min) of pointwise scores inside groups of equal results: the
-  inconsistency that judging groups instead of single candidates removes; `r3_pool` and
+  inconsistency that judging groups instead of single candidates removes, `r3_ties` (judged
+  pairs of groups the ranker could not tell apart, |P - 0.5| < tau) and `r3_decided_by`
+  (`acesql.ranking.rank.decided_by`: what put the answer's group first); `r3_pool` and
   `r3_pool_match` keep the candidates and their verdicts, so another judge or a larger n can
-  be scored on the same samples later (`acesql.eval.rerank`);
+  be scored on the same samples later (`acesql.eval.rescore`);
 - `r3rs_*` (when `resample` is given): ranking after agentic resampling, with whether the
   auditor fired, how many candidates were generated, the recall of the pool ranked and,
   when it fired, of the new candidates alone (before the pointwise cut to n), and those
@@ -33,6 +35,7 @@ from collections.abc import Callable
 from acesql.eval.majority import group_results, majority_vote
 from acesql.prm.select import best_of_n, weighted_vote
 from acesql.ranking.judge import Context
+from acesql.ranking.rank import decided_by
 from acesql.ranking.select import Drawn, select_groupwise, select_with_resampling
 
 # m -> (m new SQL, their verdicts, the context to judge them in or None for the first pool's):
@@ -105,6 +108,8 @@ def ranked_fields(
         "r3_match": bool(choice.index is not None and verdicts[choice.index].match.match),
         "r3_groups": len(choice.ranked),
         "r3_judged_pairs": choice.judged_pairs,
+        "r3_ties": sum(abs(p - 0.5) < tau for p in choice.preferences),
+        "r3_decided_by": decided_by(choice.ranked),
         "r3_point_spread": round(sum(spreads) / len(spreads), 4) if spreads else None,
         "r3_pool": list(sqls),
         "r3_pool_match": [bool(v.match.match) for v in verdicts],

@@ -16,6 +16,8 @@ were written before it existed) is compared on the rows that have it, their coun
 
 from __future__ import annotations
 
+from collections import Counter
+
 from acesql.eval.paired import paired_difference
 
 BASELINE = ("maj_match", "maj@n")
@@ -60,7 +62,23 @@ def _split_table(split: str, rows: list[dict]) -> str:
             if len(scored) < len(rows):
                 label += f" ({len(scored)} q)"
             lines.append(_line(label, scored, field, BASELINE[0]))
-    return "\n".join(lines)
+    decisions = _decisions(rows)
+    return "\n".join([*lines, decisions] if decisions else lines)
+
+
+def _decisions(rows: list[dict]) -> str:
+    """What put r3's answer first on the questions with several groups (rows that record it)."""
+    several = [r for r in rows if r.get("r3_ties") is not None and r.get("r3_judged_pairs")]
+    if not several:
+        return ""
+    by = Counter(r["r3_decided_by"] for r in several)
+    pairs = sum(r["r3_judged_pairs"] for r in several)
+    ties = sum(r["r3_ties"] for r in several)
+    return (
+        f"r3's top group, {len(several)} questions with several groups: by preference "
+        f"{by['preference']}, by utility {by['utility']}, by sampling order {by['order']}; "
+        f"{ties} of {pairs} judged pairs were ties"
+    )
 
 
 def _line(label, rows, field, baseline) -> str:

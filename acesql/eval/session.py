@@ -13,7 +13,8 @@ resume fingerprint covers: the stage and the command line fingerprint alike.
 
 With `candidates_from` (the folder of an earlier `--selection r3` evaluation), nothing is
 generated: that run's candidates are scored again, judged by this model
-(`acesql.eval.rescore`).
+(`acesql.eval.rescore`). While that run is unfinished, its rows so far are scored and the
+result folder stays unfinished too; run the same command again later and it goes on.
 """
 
 from __future__ import annotations
@@ -158,10 +159,15 @@ class Evaluator:
     ) -> dict:
         """The summary of `examples`; with `out`, also the result folder (resumed if killed).
         When rescoring, the questions without stored candidates are left out."""
+        growing = None
         if self.candidates_from is not None:
             from acesql.eval.rescore import matching_examples
+            from acesql.eval.runner import read_unfinished
 
-            examples = matching_examples(examples, self.tools["stored"], str(self.candidates_from))
+            source = str(self.candidates_from)
+            if read_unfinished(source) is not None:
+                growing = examples
+            examples = matching_examples(examples, self.tools["stored"], source)
         common = dict(model=self.cfg.model, dataset=dataset, split=split, settings=self.settings)
         if out is None:
             summary, _ = evaluate_in_memory(
@@ -177,6 +183,7 @@ class Evaluator:
                 chunk_size=chunk_size,
                 progress=self.progress,
                 tools=self.tools,
+                growing=growing,
                 **common,
             )
         return summary

@@ -2,6 +2,7 @@
 
     order = rank_groups(groups, prefer, pointwise, n_candidates, tau=0.05)
     order[0].best  # the candidate to answer with
+    decided_by(order)  # which signal put it first
 
 `groups` are candidate indices grouped by execution result (`acesql.eval.majority.
 group_results`); `prefer(a, b)` is P(the SQL of candidate a is right rather than b's), already
@@ -65,3 +66,25 @@ def rank_groups(
                 scores[y].preference += 1
     order = sorted(range(len(scores)), key=lambda k: (-scores[k].preference, -scores[k].utility, k))
     return [scores[k] for k in order]
+
+
+def decided_by(ranked: list[GroupScore]) -> str | None:
+    """Which signal put the top group first: "preference" (more wins than the runner-up),
+    "utility" (level on wins, higher utility), "order" (level on both: sampled first) or
+    "one group"; None when no group. A judge whose pairwise calls are all ties leaves every
+    decision to utility, where the group's size weighs as much as the judge's pointwise score.
+
+    >>> a, b = GroupScore([0], 1.0, 0.4, 0, {}), GroupScore([1], 0.0, 0.9, 1, {})
+    >>> decided_by([a, b]), decided_by([a]), decided_by([])
+    ('preference', 'one group', None)
+    >>> decided_by([GroupScore([0], 0.5, 0.9, 0, {}), GroupScore([1], 0.5, 0.4, 1, {})])
+    'utility'
+    """
+    if not ranked:
+        return None
+    if len(ranked) == 1:
+        return "one group"
+    top, second = ranked[0], ranked[1]
+    if top.preference != second.preference:
+        return "preference"
+    return "utility" if top.utility != second.utility else "order"

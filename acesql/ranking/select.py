@@ -2,7 +2,7 @@
 with the best member of the top group.
 
     choice = select_groupwise(context, sqls, results, judge, mode="multiset")
-    choice.sql, choice.ranked, choice.judged_pairs
+    choice.sql, choice.ranked, choice.judged_pairs, choice.preferences
 
 Failed SQL forms no group; empty results form their own group, flagged (`empty`), since an
 empty answer is often a wrong filter. Only group representatives are compared pairwise (one
@@ -26,6 +26,7 @@ class Choice:
     ranked: list[GroupScore] = field(default_factory=list)
     empty: list[bool] = field(default_factory=list)  # per ranked group: its result has no rows
     judged_pairs: int = 0
+    preferences: list[float] = field(default_factory=list)  # per judged pair: P(first is right)
 
 
 def select_groupwise(
@@ -52,7 +53,7 @@ def select_groupwise(
     ranked = rank_groups(groups, lambda a, b: preference[(a, b)], points.__getitem__, tau)
     top = ranked[0].best
     empty = [not results[g.members[0]].rows for g in ranked]
-    return Choice(sqls[top], top, ranked, empty, len(pairs))
+    return Choice(sqls[top], top, ranked, empty, len(pairs), [preference[p] for p in pairs])
 
 
 @dataclass
