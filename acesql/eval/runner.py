@@ -103,7 +103,7 @@ def evaluate_to_folder(
                     "model": model,
                     "dataset": dataset,
                     "split": split,
-                    "questions": len(examples),
+                    "questions": len(growing or examples),
                 }
                 fh.write(json.dumps({"header": header}) + "\n")
             for number, chunk in enumerate(chunks):
