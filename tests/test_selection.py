@@ -259,3 +259,26 @@ def test_the_selections_table_ends_with_what_put_r3s_answer_first():
         "by sampling order 0; 3 of 4 judged pairs were ties"
     )
     assert "r3's top group" not in selection_report({"dev": [dict(base)]})
+
+
+def test_the_selections_table_pairs_recall_before_and_after_resampling():
+    from acesql.eval.selection_report import selection_report
+
+    base = {"maj_k": 8, "maj_match": False, "r3rs_match": False, "r3rs_fired": True}
+    rows = [
+        dict(base, oracle_match=False, r3rs_oracle=True, r3rs_drawn_oracle=True, r3rs_generated=24),
+        dict(
+            base, oracle_match=True, r3rs_oracle=False, r3rs_drawn_oracle=False, r3rs_generated=24
+        ),
+        dict(base, oracle_match=False, r3rs_oracle=True, r3rs_drawn_oracle=True, r3rs_generated=24),
+        dict(base, oracle_match=True, r3rs_oracle=True, r3rs_fired=False, r3rs_generated=8),
+    ]
+    text = selection_report({"dev": rows})
+    line = next(x for x in text.splitlines() if x.startswith("recall"))
+    assert line.startswith(
+        "recall, 4 questions: first pool 50.0%, ranked after resampling 75.0%: +25.0 ["
+    )
+    assert line.endswith(
+        "(lost 1, gained 2, p 1); resampling fired on 3, its new candidates alone held a right "
+        "one on 2; 20.0 candidates generated per question"
+    )

@@ -62,8 +62,29 @@ def _split_table(split: str, rows: list[dict]) -> str:
             if len(scored) < len(rows):
                 label += f" ({len(scored)} q)"
             lines.append(_line(label, scored, field, BASELINE[0]))
-    decisions = _decisions(rows)
-    return "\n".join([*lines, decisions] if decisions else lines)
+    notes = [note for note in (_recall(rows), _decisions(rows)) if note]
+    return "\n".join([*lines, *notes])
+
+
+def _recall(rows: list[dict]) -> str:
+    """Candidate recall of the first pool against the pool ranked after resampling, paired,
+    with what the resampling cost (rows that resampled)."""
+    resampled = [r for r in rows if r.get("r3rs_oracle") is not None]
+    if not resampled:
+        return ""
+    first = [bool(r.get("oracle_match")) for r in resampled]
+    after = [bool(r["r3rs_oracle"]) for r in resampled]
+    r = paired_difference(first, after)
+    fired = [r for r in resampled if r.get("r3rs_fired")]
+    drawn = sum(bool(r.get("r3rs_drawn_oracle")) for r in fired)
+    generated = sum(r.get("r3rs_generated", 0) for r in resampled) / len(resampled)
+    return (
+        f"recall, {len(resampled)} questions: first pool {100 * sum(first) / len(first):.1f}%, "
+        f"ranked after resampling {100 * sum(after) / len(after):.1f}%: {100 * r.diff:+.1f} "
+        f"[{100 * r.low:+.1f}, {100 * r.high:+.1f}] (lost {r.only_a}, gained {r.only_b}, "
+        f"p {r.p_value:.3g}); resampling fired on {len(fired)}, its new candidates alone held "
+        f"a right one on {drawn}; {generated:.1f} candidates generated per question"
+    )
 
 
 def _decisions(rows: list[dict]) -> str:
