@@ -282,3 +282,17 @@ def test_the_selections_table_pairs_recall_before_and_after_resampling():
         "(lost 1, gained 2, p 1); resampling fired on 3, its new candidates alone held a right "
         "one on 2; 20.0 candidates generated per question"
     )
+
+
+def test_every_field_a_selection_writes_is_known_to_rescoring():
+    from acesql.eval.selection import is_selection_field, prm_fields
+
+    def resample(m):
+        return ["z"], [verdict(ok((2,)), True)], Context("?", "t(v, w)")
+
+    fields = vote_fields(SQLS, VERDICTS, "multiset")
+    fields |= ranked_fields(CONTEXT, SQLS, VERDICTS, Judge({"z"}), "multiset", resample=resample)
+    fields |= prm_fields(SQLS, VERDICTS, [0.1, 0.9, 0.2, 0.8, None], "multiset")
+    # a field outside the rule would be kept from the stored row when rescoring, stale
+    assert [key for key in fields if not is_selection_field(key)] == []
+    assert {"r3rs_drawn_schema", "prm_vote_match", "oracle_match"} <= set(fields)

@@ -39,13 +39,12 @@ import sys
 from acesql.data.loaders import Example
 from acesql.errors import ConfigError, DataError
 from acesql.eval.metrics import failure_category, summarize
-from acesql.eval.selection import prm_fields, ranked_fields, vote_fields
+from acesql.eval.selection import is_selection_field, prm_fields, ranked_fields, vote_fields
 from acesql.models.engine import Completion
 from acesql.ranking.judge import Context
 
-# the fields a selection writes: everything else in a stored row is the greedy pipeline's
-SELECTION_PREFIXES = ("maj_", "point_", "r3_", "r3rs_", "prm_")
-SELECTION_FIELDS = {"oracle_match", "category", "rescore_changed"}
+# written again for every rescored row, beside the selections' own fields
+RESCORED_FIELDS = {"category", "rescore_changed"}
 
 
 def matching_examples(examples: list[Example], stored: dict[int, dict], folder: str):
@@ -148,7 +147,7 @@ def rescore_examples(
 
 
 def _is_selection(key: str) -> bool:
-    return key.startswith(SELECTION_PREFIXES) or key in SELECTION_FIELDS
+    return is_selection_field(key) or key in RESCORED_FIELDS
 
 
 def _pool(row: dict, k: int, index: int) -> list[str]:

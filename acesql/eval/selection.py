@@ -38,6 +38,21 @@ from acesql.ranking.judge import Context
 from acesql.ranking.rank import decided_by
 from acesql.ranking.select import Drawn, select_groupwise, select_with_resampling
 
+# Every field the functions below write is `oracle_match` or starts with one of these
+# prefixes; rescoring (`acesql.eval.rescore`) drops such fields from a stored row and scores
+# them again, and keeps the rest (the greedy pipeline's).
+FIELD_PREFIXES = ("maj_", "point_", "r3_", "r3rs_", "prm_")
+
+
+def is_selection_field(key: str) -> bool:
+    """Whether a row field is written by a selection (see FIELD_PREFIXES).
+
+    >>> is_selection_field("r3rs_match"), is_selection_field("pipeline_match")
+    (True, False)
+    """
+    return key.startswith(FIELD_PREFIXES) or key == "oracle_match"
+
+
 # m -> (m new SQL, their verdicts, the context to judge them in or None for the first pool's):
 # fresh candidates for one question, already matched
 Resample = Callable[[int], tuple[list[str], list, Context | None]]
