@@ -74,15 +74,15 @@ def _recall(rows: list[dict]) -> str:
         return ""
     first = [bool(r.get("oracle_match")) for r in resampled]
     after = [bool(r["r3rs_oracle"]) for r in resampled]
-    r = paired_difference(first, after)
+    paired = paired_difference(first, after)
     fired = [r for r in resampled if r.get("r3rs_fired")]
     drawn = sum(bool(r.get("r3rs_drawn_oracle")) for r in fired)
     generated = sum(r.get("r3rs_generated", 0) for r in resampled) / len(resampled)
     return (
         f"recall, {len(resampled)} questions: first pool {100 * sum(first) / len(first):.1f}%, "
-        f"ranked after resampling {100 * sum(after) / len(after):.1f}%: {100 * r.diff:+.1f} "
-        f"[{100 * r.low:+.1f}, {100 * r.high:+.1f}] (lost {r.only_a}, gained {r.only_b}, "
-        f"p {r.p_value:.3g}); resampling fired on {len(fired)}, its new candidates alone held "
+        f"ranked after resampling {100 * sum(after) / len(after):.1f}%: "
+        f"{100 * paired.diff:+.1f} [{100 * paired.low:+.1f}, {100 * paired.high:+.1f}] "
+        f"(lost {paired.only_a}, gained {paired.only_b}, p {paired.p_value:.3g}); resampling fired on {len(fired)}, its new candidates alone held "
         f"a right one on {drawn}; {generated:.1f} candidates generated per question"
     )
 
