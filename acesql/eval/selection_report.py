@@ -82,8 +82,9 @@ def _recall(rows: list[dict]) -> str:
         f"recall, {len(resampled)} questions: first pool {100 * sum(first) / len(first):.1f}%, "
         f"ranked after resampling {100 * sum(after) / len(after):.1f}%: "
         f"{100 * paired.diff:+.1f} [{100 * paired.low:+.1f}, {100 * paired.high:+.1f}] "
-        f"(lost {paired.only_a}, gained {paired.only_b}, p {paired.p_value:.3g}); resampling fired on {len(fired)}, its new candidates alone held "
-        f"a right one on {drawn}; {generated:.1f} candidates generated per question"
+        f"(lost {paired.only_a}, gained {paired.only_b}, p {paired.p_value:.3g}); "
+        f"resampling fired on {len(fired)}, its new candidates alone held a right one on "
+        f"{drawn}; {generated:.1f} candidates generated per question"
     )
 
 
