@@ -24,7 +24,7 @@ from pathlib import Path
 from acesql.config import EvaluateSection, SelectionSection
 from acesql.data.loaders import Example
 from acesql.errors import ConfigError, DataError
-from acesql.eval.runner import CHUNK_SIZE, evaluate_in_memory, evaluate_to_folder
+from acesql.eval.runner import CHUNK_SIZE, evaluate_in_memory, evaluate_to_folder, read_unfinished
 
 
 def settings(
@@ -162,7 +162,6 @@ class Evaluator:
         growing = None
         if self.candidates_from is not None:
             from acesql.eval.rescore import matching_examples
-            from acesql.eval.runner import read_unfinished
 
             source = str(self.candidates_from)
             if read_unfinished(source) is not None:
