@@ -282,6 +282,12 @@ def test_the_selections_table_pairs_recall_before_and_after_resampling():
         "(lost 1, gained 2, p 1); resampling fired on 3, its new candidates alone held a right "
         "one on 2; 20.0 candidates generated per question"
     )
+    older = dict(base, oracle_match=False, r3rs_oracle=False, r3rs_generated=24)  # no drawn field
+    line = selection_report({"dev": [*rows, older]}).splitlines()[-1]
+    assert (
+        "resampling fired on 4, its new candidates alone held a right one on 2 of the 3 that"
+        " record it;"
+    ) in line
 
 
 def test_every_field_a_selection_writes_is_known_to_rescoring():

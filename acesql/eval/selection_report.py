@@ -76,7 +76,9 @@ def _recall(rows: list[dict]) -> str:
     after = [bool(r["r3rs_oracle"]) for r in resampled]
     paired = paired_difference(first, after)
     fired = [r for r in resampled if r.get("r3rs_fired")]
-    drawn = sum(bool(r.get("r3rs_drawn_oracle")) for r in fired)
+    recorded = [r for r in fired if "r3rs_drawn_oracle" in r]  # rows written since it exists
+    drawn = sum(bool(r["r3rs_drawn_oracle"]) for r in recorded)
+    of = "" if len(recorded) == len(fired) else f" of the {len(recorded)} that record it"
     generated = sum(r.get("r3rs_generated", 0) for r in resampled) / len(resampled)
     return (
         f"recall, {len(resampled)} questions: first pool {100 * sum(first) / len(first):.1f}%, "
@@ -84,7 +86,7 @@ def _recall(rows: list[dict]) -> str:
         f"{100 * paired.diff:+.1f} [{100 * paired.low:+.1f}, {100 * paired.high:+.1f}] "
         f"(lost {paired.only_a}, gained {paired.only_b}, p {paired.p_value:.3g}); "
         f"resampling fired on {len(fired)}, its new candidates alone held a right one on "
-        f"{drawn}; {generated:.1f} candidates generated per question"
+        f"{drawn}{of}; {generated:.1f} candidates generated per question"
     )
 
 
