@@ -4,6 +4,7 @@ BIRD-format predictions, the HTML report and the comparison of two evaluations."
 import json
 import os
 import re
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -14,7 +15,7 @@ from acesql.eval.compare import compare_table, load_evaluation
 from acesql.eval.end_to_end import evaluate_examples
 from acesql.eval.majority import majority_vote
 from acesql.eval.metrics import failure_category, summarize
-from acesql.eval.runner import evaluate_to_folder, read_unfinished
+from acesql.eval.runner import evaluate_to_folder, fingerprint, model_digest, read_unfinished
 from acesql.eval.sql_eval import load_predictions, write_bird_predictions
 from acesql.locks import lock_folder
 from acesql.sql.batch_executor import BatchExecutor
@@ -367,6 +368,24 @@ def test_a_killed_evaluation_resumes_without_redoing_chunks(setup, tmp_path, tin
     with BatchExecutor(workers=0) as executor:
         evaluate_to_folder(examples, changed, prompts, executor, tmp_path / "a", **kwargs)
     assert changed.calls == 3 * 3
+
+
+def test_the_resume_fingerprint_follows_the_model_contents_not_its_path(
+    setup, tmp_path, tiny_model_dir
+):
+    examples, _ = setup
+    settings = {"mode": "multiset", "maj_k": 2, "seed": 3}
+    copy = tmp_path / "retrained"
+    shutil.copytree(tiny_model_dir, copy)
+    (copy / "steps.jsonl").write_text('{"step": 1, "seconds": 12.5}\n')  # a run's log, not weights
+    os.utime(copy / "model.safetensors", ns=(0, 0))
+    original = fingerprint(str(tiny_model_dir), examples, settings)
+    assert fingerprint(str(copy), examples, settings) == original
+    weights = bytearray((copy / "model.safetensors").read_bytes())
+    weights[-1] ^= 1  # one bit of one weight
+    (copy / "model.safetensors").write_bytes(bytes(weights))
+    assert fingerprint(str(copy), examples, settings) != original
+    assert model_digest("org/hub-model") == "org/hub-model"
 
 
 def test_a_run_over_questions_still_arriving_stays_unfinished_and_goes_on(setup, tmp_path):

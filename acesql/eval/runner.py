@@ -2,7 +2,8 @@
 
 Questions are evaluated in chunks; each finished chunk is appended to
 `<out>/.partial-<fingerprint>.jsonl` in one write. A killed evaluation, started again with the
-same model, questions and settings, reads that file and goes on from the next chunk. One
+same model, questions and settings, reads that file and goes on from the next chunk (the
+model by the contents of its weights and tokenizer, so a retrained identical model resumes). One
 evaluation writes a folder at a time (`acesql.locks`): a second one into the same folder
 stops at once with DataError, rather than both appending to one file. The
 fingerprint covers all three, so a changed setting never mixes with old rows. Sampling seeds
@@ -207,17 +208,48 @@ _EVAL_ARGS = {
 
 
 def fingerprint(model: str, examples: list[Example], settings: dict) -> str:
-    """A short hash of what decides the results: model files, questions, settings."""
-    root = Path(model)
-    files = sorted(root.iterdir()) if root.is_dir() else []
+    """A short hash of what decides the results: model contents, questions, settings."""
     identity = {
-        "model": str(root.resolve()),
-        "files": [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()],
+        "model": model_digest(model),
         "questions": [(e.index, e.db_id, e.question, e.sql) for e in examples],
         "settings": settings,
     }
     blob = json.dumps(identity, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# The files of a model folder that decide what it generates; a training run's other outputs
+# (steps.jsonl, curves.png, summaries, checkpoints/) do not.
+_MODEL_FILES = (
+    "*.safetensors",
+    "*.bin",
+    "*config.json",
+    "tokenizer*",
+    "vocab.*",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.*",
+)
+
+
+def model_digest(model: str) -> str:
+    """SHA-256 over the contents of the files in `model` that decide its outputs.
+
+    By content, not path or modification time: the same weights retrained, copied or moved
+    resume the same evaluation. A name that is not a folder (a hub id) is its own digest.
+    """
+    root = Path(model)
+    if not root.is_dir():
+        return model
+    digest = hashlib.sha256()
+    files = sorted({f for pattern in _MODEL_FILES for f in root.glob(pattern) if f.is_file()})
+    for path in files:
+        digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+        with path.open("rb") as fh:
+            while block := fh.read(1 << 22):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def _key(chunk: list[Example]) -> str:

@@ -24,7 +24,13 @@ from pathlib import Path
 from acesql.config import EvaluateSection, SelectionSection
 from acesql.data.loaders import Example
 from acesql.errors import ConfigError, DataError
-from acesql.eval.runner import CHUNK_SIZE, evaluate_in_memory, evaluate_to_folder, read_unfinished
+from acesql.eval.runner import (
+    CHUNK_SIZE,
+    evaluate_in_memory,
+    evaluate_to_folder,
+    model_digest,
+    read_unfinished,
+)
 
 
 def settings(
@@ -56,7 +62,7 @@ def settings(
         if selection.resample and selection.resample_pool != "both":
             named["selection"]["resample_pool"] = selection.resample_pool
     elif selection.method == "prm":
-        named["selection"] = {"method": "prm", "prm_model": str(Path(selection.prm_model))}
+        named["selection"] = {"method": "prm", "prm_model": model_digest(selection.prm_model)}
     if candidates_from is not None:
         named["candidates_from"] = str(Path(candidates_from).resolve())
     return {
