@@ -237,13 +237,14 @@ def model_digest(model: str) -> str:
     """SHA-256 over the contents of the files in `model` that decide its outputs.
 
     By content, not path or modification time: the same weights retrained, copied or moved
-    resume the same evaluation. A name that is not a folder (a hub id) is its own digest.
+    resume the same evaluation. A name that is not a folder (a hub id) is its own digest, and
+    so is a folder with none of those files.
     """
     root = Path(model)
-    if not root.is_dir():
-        return model
-    digest = hashlib.sha256()
     files = sorted({f for pattern in _MODEL_FILES for f in root.glob(pattern) if f.is_file()})
+    if not files:
+        return str(root.resolve()) if root.is_dir() else model
+    digest = hashlib.sha256()
     for path in files:
         digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
         with path.open("rb") as fh:
