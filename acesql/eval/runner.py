@@ -38,6 +38,7 @@ from acesql.eval.report import write_report
 from acesql.eval.sql_eval import write_bird_predictions
 from acesql.locks import folder_locked
 from acesql.memory import release_free_heap
+from acesql.storage import file_sha256
 
 CHUNK_SIZE = 16  # questions per saved chunk: the work a kill can lose
 
@@ -244,13 +245,8 @@ def model_digest(model: str) -> str:
     files = sorted({f for pattern in _MODEL_FILES for f in root.glob(pattern) if f.is_file()})
     if not files:
         return str(root.resolve()) if root.is_dir() else model
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
-        with path.open("rb") as fh:
-            while block := fh.read(1 << 22):
-                digest.update(block)
-    return digest.hexdigest()
+    listing = "".join(f"{path.name}\0{file_sha256(path)}\n" for path in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
 
 
 def _key(chunk: list[Example]) -> str:
