@@ -212,10 +212,12 @@ def test_the_audit_sweep_reads_a_finished_folder_and_stops_where_the_rows_cannot
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
     assert lines[0] == "dev: 3 questions"
-    thresholds = [line.split()[0] for line in lines[2:]]
+    thresholds = [line.split()[0] for line in lines[2:-1]]
     assert thresholds == ["0.05", "0.10", "0.15", "0.20", "0.25", "0.30"]  # 0.35 > P 0.33
     assert lines[2].split()[1:4] == ["0.0%", "8.0", "66.7%"]
     assert lines[4].split()[1:4] == ["33.3%", "13.3", "100.0%"]  # 0.15 fires on the first
+    # 0.15 to 0.30 all reach 100%; 0.15 draws the fewest candidates
+    assert lines[-1].startswith("highest EX at the fewest candidates: 0.15 (100.0%, 13.3 a")
     empty = tmp_path / "greedy"
     empty.mkdir()
     (empty / "metrics.json").write_text(json.dumps({"split": "dev"}))

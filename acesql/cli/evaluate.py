@@ -283,7 +283,7 @@ def evaluate_model(
         return
     if audit_sweep:
         from acesql.eval.audit_sweep import audit_sweep as sweep
-        from acesql.eval.audit_sweep import sweep_table
+        from acesql.eval.audit_sweep import chosen_threshold, sweep_table
         from acesql.eval.compare import load_rows
 
         splits = load_rows(audit_sweep, tracking_uri)
@@ -297,6 +297,12 @@ def evaluate_model(
             if points:
                 click.echo(f"{split}: {len(splits[split])} questions")
                 click.echo(sweep_table(points))
+                best = chosen_threshold(points)
+                click.echo(
+                    f"highest EX at the fewest candidates: {best.threshold:.2f} ({best.ex:.1%}, "
+                    f"{best.candidates:.1f} a question); set it with --audit-threshold or "
+                    "selection.audit_threshold for other splits, never the one it was read from"
+                )
         return
     if selections:
         from acesql.eval.compare import load_rows

@@ -3,6 +3,7 @@ resampling, without running the model again.
 
     table = audit_sweep(rows)            # rows of `acesql eval --selection r3 --resample`
     print(sweep_table(table))
+    best = chosen_threshold(table)       # the highest EX, the fewest candidates among equals
 
 A run at `audit_threshold` T keeps, per question, the auditor's P (`r3rs_audit`), the ranking
 without resampling (`r3_*`) and, where the auditor fired (P < T), the ranking after it
@@ -73,6 +74,24 @@ def audit_sweep(rows: list[dict], thresholds: tuple[float, ...] = GRID) -> list[
         if all(fires):  # every higher threshold fires on every pool too
             break
     return points
+
+
+def chosen_threshold(points: list[SweepPoint]) -> SweepPoint | None:
+    """The threshold to set: the highest EX of the sweep, the fewest candidates among equals
+    (candidates grow with the threshold, so that is the lowest). None for an empty sweep.
+
+    Choose it on a split you do not report: on the reported one it is tuned to its noise.
+
+    >>> gain = paired_difference([True], [True])
+    >>> points = [SweepPoint(0.1, 0.2, 11.0, 0.40, 0.5, gain),
+    ...           SweepPoint(0.3, 0.4, 14.0, 0.42, 0.5, gain),
+    ...           SweepPoint(0.35, 0.7, 19.0, 0.42, 0.5, gain)]
+    >>> chosen_threshold(points).threshold
+    0.3
+    """
+    if not points:
+        return None
+    return max(points, key=lambda p: (round(p.ex, 9), -p.candidates))
 
 
 def sweep_table(points: list[SweepPoint]) -> str:
