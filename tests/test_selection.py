@@ -216,14 +216,47 @@ def test_the_audit_sweep_reads_a_finished_folder_and_stops_where_the_rows_cannot
     assert thresholds == ["0.05", "0.10", "0.15", "0.20", "0.25", "0.30"]  # 0.35 > P 0.33
     assert lines[2].split()[1:4] == ["0.0%", "8.0", "66.7%"]
     assert lines[4].split()[1:4] == ["33.3%", "13.3", "100.0%"]  # 0.15 fires on the first
-    # 0.15 to 0.30 all reach 100%; 0.15 draws the fewest candidates
-    assert lines[-1].startswith("highest EX at the fewest candidates: 0.15 (100.0%, 13.3 a")
+    # one question gained of three: an interval that reaches zero, so no threshold is shown to pay
+    assert lines[-1].startswith("no threshold's gain over ranking without resampling")
+    assert lines[-1].endswith("its cheapest threshold is 0.05 (66.7%, 8.0 candidates a question)")
     empty = tmp_path / "greedy"
     empty.mkdir()
     (empty / "metrics.json").write_text(json.dumps({"split": "dev"}))
     (empty / "rows.jsonl").write_text(json.dumps({"pipeline_match": True}) + "\n")
     refused = CliRunner().invoke(cli, ["eval", "--audit-sweep", str(empty)])
     assert refused.exit_code == 2 and "no rows ranked with resampling" in refused.output
+
+
+def test_the_audit_sweep_names_the_threshold_from_which_resampling_pays(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+
+    def row(audit, gained):
+        return {
+            "r3rs_audit": audit,
+            "r3rs_fired": True,
+            "r3_match": False,
+            "r3rs_match": gained,
+            "oracle_match": False,
+            "r3rs_oracle": gained,
+            "maj_k": 8,
+            "r3rs_generated": 24,
+        }
+
+    # below 0.2 the auditor fires on pools that stay wrong; from 0.2 on, on ten that turn right
+    rows = [row(0.12, False)] * 5 + [row(0.22, True)] * 10 + [row(0.45, False)] * 5
+    folder = tmp_path / "r3-dev"
+    folder.mkdir()
+    (folder / "metrics.json").write_text(json.dumps({"split": "dev"}))
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = CliRunner().invoke(cli, ["eval", "--audit-sweep", str(folder)])
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines()[-1].startswith(
+        "resampling pays here from 0.25 (50.0%, 20.0 candidates a question)"
+    )
 
 
 def test_the_summary_says_how_often_the_rankers_pairwise_calls_decided():

@@ -297,12 +297,22 @@ def evaluate_model(
             if points:
                 click.echo(f"{split}: {len(splits[split])} questions")
                 click.echo(sweep_table(points))
-                best = chosen_threshold(points)
-                click.echo(
-                    f"highest EX at the fewest candidates: {best.threshold:.2f} ({best.ex:.1%}, "
-                    f"{best.candidates:.1f} a question); set it with --audit-threshold or "
-                    "selection.audit_threshold for other splits, never the one it was read from"
+                pick = chosen_threshold(points)
+                where = (
+                    f"{pick.threshold:.2f} ({pick.ex:.1%}, {pick.candidates:.1f} candidates a "
+                    "question)"
                 )
+                if pick.gain.low > 0:
+                    click.echo(
+                        f"resampling pays here from {where}; set it with --audit-threshold or "
+                        "selection.audit_threshold for other splits, not the one it was read from"
+                    )
+                else:
+                    click.echo(
+                        "no threshold's gain over ranking without resampling has a 95% interval "
+                        f"above zero on these questions: resampling does not pay; its cheapest "
+                        f"threshold is {where}"
+                    )
         return
     if selections:
         from acesql.eval.compare import load_rows

@@ -3,7 +3,7 @@ resampling, without running the model again.
 
     table = audit_sweep(rows)            # rows of `acesql eval --selection r3 --resample`
     print(sweep_table(table))
-    best = chosen_threshold(table)       # the highest EX, the fewest candidates among equals
+    pick = chosen_threshold(table)       # the cheapest, unless a dearer one is shown to pay
 
 A run at `audit_threshold` T keeps, per question, the auditor's P (`r3rs_audit`), the ranking
 without resampling (`r3_*`) and, where the auditor fired (P < T), the ranking after it
@@ -31,6 +31,7 @@ class SweepPoint:
     ex: float  # r3 with resampling at this threshold
     recall: float  # a correct SQL in the pool ranked
     gain: PairedResult  # against r3 without resampling, on the same questions
+    answers: tuple[bool, ...] = ()  # per question, right at this threshold
 
 
 def audit_sweep(rows: list[dict], thresholds: tuple[float, ...] = GRID) -> list[SweepPoint]:
@@ -69,6 +70,7 @@ def audit_sweep(rows: list[dict], thresholds: tuple[float, ...] = GRID) -> list[
                 sum(ex) / n,
                 sum(recall) / n,
                 paired_difference(first, ex),
+                tuple(ex),
             )
         )
         if all(fires):  # every higher threshold fires on every pool too
@@ -77,21 +79,31 @@ def audit_sweep(rows: list[dict], thresholds: tuple[float, ...] = GRID) -> list[
 
 
 def chosen_threshold(points: list[SweepPoint]) -> SweepPoint | None:
-    """The threshold to set: the highest EX of the sweep, the fewest candidates among equals
-    (candidates grow with the threshold, so that is the lowest). None for an empty sweep.
+    """The threshold to set: the lowest of the sweep (the fewest candidates), raised to a
+    higher one only where that one's paired gain over the current choice has a 95% interval
+    above zero. A highest-EX pick would chase single questions. None for an empty sweep.
 
-    Choose it on a split you do not report: on the reported one it is tuned to its noise.
+    Choose it on a split you do not report: on the reported one it is tuned to its noise. If
+    even the choice's `gain` over no resampling has an interval reaching zero, resampling did
+    not pay on these questions at any threshold.
 
-    >>> gain = paired_difference([True], [True])
-    >>> points = [SweepPoint(0.1, 0.2, 11.0, 0.40, 0.5, gain),
-    ...           SweepPoint(0.3, 0.4, 14.0, 0.42, 0.5, gain),
-    ...           SweepPoint(0.35, 0.7, 19.0, 0.42, 0.5, gain)]
-    >>> chosen_threshold(points).threshold
-    0.3
+    >>> first = [False] * 30 + [True] * 10
+    >>> def point(t, cand, right):
+    ...     ex = [i < right or i >= 30 for i in range(40)]
+    ...     return SweepPoint(t, 0.0, cand, sum(ex) / 40, 0.0, paired_difference(first, ex),
+    ...                       tuple(ex))
+    >>> chosen_threshold([point(0.1, 10, 0), point(0.3, 14, 1), point(0.5, 24, 8)]).threshold
+    0.5
+    >>> chosen_threshold([point(0.1, 10, 0), point(0.3, 14, 1)]).threshold  # one question: noise
+    0.1
     """
     if not points:
         return None
-    return max(points, key=lambda p: (round(p.ex, 9), -p.candidates))
+    choice = points[0]
+    for point in points[1:]:
+        if paired_difference(list(choice.answers), list(point.answers)).low > 0:
+            choice = point
+    return choice
 
 
 def sweep_table(points: list[SweepPoint]) -> str:
