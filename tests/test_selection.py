@@ -183,32 +183,42 @@ def test_r3_needs_the_engine_that_gives_next_token_probabilities():
         Evaluator(cfg, SelectionSection(method="r3"))
 
 
-def test_the_audit_sweep_reads_a_finished_folder_and_stops_where_the_rows_cannot_tell(tmp_path):
+def sweep_row(audit, fired, before, after):
+    """One question of an r3 + resampling evaluation, as its rows.jsonl keeps it."""
+    return {
+        "r3rs_audit": audit,
+        "r3rs_fired": fired,
+        "r3_match": before,
+        "r3rs_match": after,
+        "oracle_match": before,
+        "r3rs_oracle": after,
+        "maj_k": 8,
+        "r3rs_generated": 24 if fired else 8,
+    }
+
+
+def audit_sweep_output(folder, rows):
+    """`acesql eval --audit-sweep` on a dev folder holding these rows."""
     import json
 
     from click.testing import CliRunner
 
     from acesql.cli import cli
 
-    def row(audit, fired, before, after):
-        return {
-            "r3rs_audit": audit,
-            "r3rs_fired": fired,
-            "r3_match": before,
-            "r3rs_match": after,
-            "oracle_match": before,
-            "r3rs_oracle": after,
-            "maj_k": 8,
-            "r3rs_generated": 24 if fired else 8,
-        }
-
-    # run at threshold 0.3: two pools fired (one gained), one did not (P 0.33)
-    rows = [row(0.12, True, False, True), row(0.27, True, True, True), row(0.33, False, True, True)]
-    folder = tmp_path / "r3-dev"
     folder.mkdir()
     (folder / "metrics.json").write_text(json.dumps({"split": "dev"}))
     (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = CliRunner().invoke(cli, ["eval", "--audit-sweep", str(folder)])
+    return CliRunner().invoke(cli, ["eval", "--audit-sweep", str(folder)])
+
+
+def test_the_audit_sweep_reads_a_finished_folder_and_stops_where_the_rows_cannot_tell(tmp_path):
+    # run at threshold 0.3: two pools fired (one gained), one did not (P 0.33)
+    rows = [
+        sweep_row(0.12, True, False, True),
+        sweep_row(0.27, True, True, True),
+        sweep_row(0.33, False, True, True),
+    ]
+    out = audit_sweep_output(tmp_path / "r3-dev", rows)
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
     assert lines[0] == "dev: 3 questions"
@@ -219,40 +229,18 @@ def test_the_audit_sweep_reads_a_finished_folder_and_stops_where_the_rows_cannot
     # one question gained of three: an interval that reaches zero, so no threshold is shown to pay
     assert lines[-1].startswith("no threshold's gain over ranking without resampling")
     assert lines[-1].endswith("its cheapest threshold is 0.05 (66.7%, 8.0 candidates a question)")
-    empty = tmp_path / "greedy"
-    empty.mkdir()
-    (empty / "metrics.json").write_text(json.dumps({"split": "dev"}))
-    (empty / "rows.jsonl").write_text(json.dumps({"pipeline_match": True}) + "\n")
-    refused = CliRunner().invoke(cli, ["eval", "--audit-sweep", str(empty)])
+    refused = audit_sweep_output(tmp_path / "greedy", [{"pipeline_match": True}])
     assert refused.exit_code == 2 and "no rows ranked with resampling" in refused.output
 
 
 def test_the_audit_sweep_names_the_threshold_from_which_resampling_pays(tmp_path):
-    import json
-
-    from click.testing import CliRunner
-
-    from acesql.cli import cli
-
-    def row(audit, gained):
-        return {
-            "r3rs_audit": audit,
-            "r3rs_fired": True,
-            "r3_match": False,
-            "r3rs_match": gained,
-            "oracle_match": False,
-            "r3rs_oracle": gained,
-            "maj_k": 8,
-            "r3rs_generated": 24,
-        }
-
     # below 0.2 the auditor fires on pools that stay wrong; from 0.2 on, on ten that turn right
-    rows = [row(0.12, False)] * 5 + [row(0.22, True)] * 10 + [row(0.45, False)] * 5
-    folder = tmp_path / "r3-dev"
-    folder.mkdir()
-    (folder / "metrics.json").write_text(json.dumps({"split": "dev"}))
-    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = CliRunner().invoke(cli, ["eval", "--audit-sweep", str(folder)])
+    rows = (
+        [sweep_row(0.12, True, False, False)] * 5
+        + [sweep_row(0.22, True, False, True)] * 10
+        + [sweep_row(0.45, True, False, False)] * 5
+    )
+    out = audit_sweep_output(tmp_path / "r3-dev", rows)
     assert out.exit_code == 0, out.output
     assert out.output.splitlines()[-1].startswith(
         "resampling pays here from 0.25 (50.0%, 20.0 candidates a question)"
