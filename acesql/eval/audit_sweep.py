@@ -31,7 +31,7 @@ class SweepPoint:
     ex: float  # r3 with resampling at this threshold
     recall: float  # a correct SQL in the pool ranked
     gain: PairedResult  # against r3 without resampling, on the same questions
-    answers: tuple[bool, ...] = ()  # per question, right at this threshold
+    answers: tuple[bool, ...]  # per question, right at this threshold
 
 
 def audit_sweep(rows: list[dict], thresholds: tuple[float, ...] = GRID) -> list[SweepPoint]:
