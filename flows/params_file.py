@@ -1,7 +1,8 @@
 """Edits of params.yaml that keep its comments: a stage flow's overrides, a named profile.
 
     apply_profile("long")          # profiles/long.yaml's values set in params.yaml
-    merge_section("sft", {"time_budget_minutes": 30})
+    merge_section("sft", {"time_budget_minutes": 30})   # [("sft.time_budget_minutes", 15, 30)]
+    overrides_model(SftSection)    # the flow parameter of those overrides: every field optional
 
 Every edit is written to a temporary file beside params.yaml, validated there
 (`acesql.config`), and only then swapped in: a bad value leaves params.yaml as it was.
@@ -9,27 +10,87 @@ Every edit is written to a temporary file beside params.yaml, validated there
 
 from __future__ import annotations
 
+import functools
+import operator
+import types
+import typing
 from pathlib import Path
+from typing import Annotated, Any
 
 import yaml as plain_yaml
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from ruamel.yaml import YAML
 
-from acesql.config import load_params, load_section
+from acesql.config import Section, load_params, load_section
 from acesql.errors import ConfigError
 
 PARAMS = Path("params.yaml")
 PROFILES = Path("profiles")
 
 
-def merge_section(stage: str, overrides: dict, params: Path = PARAMS) -> list[str]:
-    """Set the leaves of `overrides` in params.yaml's `stage` section; return their names."""
+UNSET = "(unset)"  # the old value of a key params.yaml did not have
+
+
+def merge_section(stage: str, overrides: dict, params: Path = PARAMS) -> list[tuple[str, Any, Any]]:
+    """Set the leaves of `overrides` in params.yaml's `stage` section; return the values that
+    changed, as (dotted name, old value, new value), old being `UNSET` where the file had none.
+    """
     yaml = round_trip_yaml()
     document = yaml.load(params.read_text()) or {}
     if document.get(stage) is None:
         document[stage] = {}
+    names = [name for name in sorted(keys(overrides)) if leaf(overrides, name) != {}]
+    old = {name: leaf(document[stage], name) for name in names}
     merge(document[stage], overrides)
     _swap_in(document, params, lambda candidate: load_section(candidate, stage), stage)
-    return sorted(keys(overrides))
+    return [
+        (f"{stage}.{name}", old[name], leaf(overrides, name))
+        for name in names
+        if old[name] != leaf(overrides, name)
+    ]
+
+
+def _without_defaults(schema: dict, model: type) -> None:
+    for prop in schema.get("properties", {}).values():
+        prop.pop("default", None)
+
+
+class Overrides(Section):
+    """The base of `overrides_model`'s models: a JSON schema without defaults."""
+
+    model_config = ConfigDict(json_schema_extra=_without_defaults)
+
+
+@functools.cache
+def overrides_model(section: type[BaseModel]) -> type[Overrides]:
+    """`section`'s fields, each optional and with no default: the values a run changes.
+
+    A form built from its JSON schema (Prefect's UI) starts empty, so a run sends only what
+    the user filled in and every field left empty keeps params.yaml's value; a schema with
+    the section's defaults would have the form send them all. Each value is checked against
+    its field's type and bounds here; the section's rules across fields when the merged
+    section is written (`merge_section`). Nested sections become overrides models too.
+    """
+    fields = {}
+    for name, info in section.model_fields.items():
+        annotation = _with_overrides_models(info.annotation)
+        if info.metadata:  # bounds and patterns
+            annotation = Annotated[annotation, *info.metadata]
+        title = name.replace("_", " ").title()  # a nested section's label in the form
+        fields[name] = (annotation, Field(None, title=title, description=info.description))
+    return create_model(f"{section.__name__}Overrides", __base__=Overrides, **fields)
+
+
+def _with_overrides_models(annotation):
+    """`annotation` with each section in it (`SynthSection`, `WideSection | None`) replaced
+    by its overrides model."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return overrides_model(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = typing.get_args(annotation)
+        if any(isinstance(m, type) and issubclass(m, BaseModel) for m in members):
+            return functools.reduce(operator.or_, map(_with_overrides_models, members))
+    return annotation
 
 
 def apply_profile(profile: str, params: Path = PARAMS) -> list[str]:
@@ -75,6 +136,15 @@ def merge(target, overrides: dict) -> None:
             merge(target[key], value)
         else:
             target[key] = value
+
+
+def leaf(tree: dict, name: str):
+    """The value at dotted `name` in `tree`, or `UNSET`."""
+    for key in name.split("."):
+        if not isinstance(tree, dict) or key not in tree:
+            return UNSET
+        tree = tree[key]
+    return tree
 
 
 def keys(tree: dict, prefix: str = "") -> list[str]:

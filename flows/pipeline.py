@@ -127,10 +127,22 @@ def pipeline(
 ) -> None:
     """Reproduce the given DVC stages in pipeline order; stop at the first that fails.
 
-    `gpu_deployments`: where sft and grpo run (never: here; auto: on the gpu work pool's
-    deployments when a worker polls it; always: there, or stop at once). After evaluate,
-    the evaluated model is registered in MLflow as `registered_model` (its weights copied to
-    the tracking store only with `log_model_weights`; see flows/tracking.py).
+    The stages run with params.yaml as it is (a `profile` first sets its values there); a
+    stage's own deployment changes values of its section.
+
+    Args:
+        stages: The DVC stages to reproduce, run in pipeline order; base_model through
+            evaluate unless the ranker's, the process reward model's or the agent's are named.
+        force: Rerun every stage named even when DVC finds its deps and params unchanged.
+        gpu_deployments: Where the training stages run: never (here), auto (on the gpu work
+            pool's deployments when a worker polls it, else here), always (there, or stop).
+        registered_model: The MLflow model name the evaluated model is registered under.
+        log_model_weights: Copy the weights into the MLflow version too (by default it
+            points at the DVC output that holds them).
+        profile: A profile of profiles/ (cpu, long) whose values are set in params.yaml
+            before the stages run; empty: params.yaml as it is.
+        gpu_start_timeout_s: Seconds a dispatched training stage may wait for a gpu worker
+            to pick it up before the pipeline cancels it and fails.
     """
     unknown = sorted(set(stages) - set(STAGES))
     if unknown:

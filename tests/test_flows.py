@@ -24,6 +24,7 @@ from prefect.runtime import flow_run
 from prefect.states import Completed, Failed
 
 import flows.dispatch
+import flows.params_file
 import flows.pipeline
 import flows.stages
 import flows.tasks
@@ -511,6 +512,85 @@ def test_a_stage_flow_without_a_section_leaves_params_yaml_alone(
     assert repro_calls == [("grpo", True, None)]
 
 
+MISSING = object()
+
+
+def form_payload(schema: dict, parameter: str, edits: dict) -> dict:
+    """What the run form of Prefect's UI sends when the user opens the section `parameter`
+    and sets `edits` in it (ui-v2, schema-form-property.tsx): every field the form shows
+    starts at the `default` its schema gives, and the user's edits go on top."""
+    values = {key: _form_value(prop, MISSING, schema) for key, prop in schema["properties"].items()}
+    [section] = [option for option in schema["properties"][parameter]["anyOf"] if "$ref" in option]
+    opened = _form_value(section, MISSING, schema)  # the section's option picked: no value yet
+    values[parameter] = _deep_update({} if opened is MISSING else opened, edits)
+    return {key: value for key, value in values.items() if value is not MISSING}
+
+
+def _form_value(prop: dict, value, schema: dict):
+    if "$ref" in prop:  # mergeSchemaPropertyDefinition: the definition, the property's keys on top
+        name = prop["$ref"].removeprefix("#/definitions/")
+        prop = {**schema["definitions"][name], **{k: v for k, v in prop.items() if k != "$ref"}}
+    if value is MISSING and "default" in prop:
+        value = json.loads(json.dumps(prop["default"]))
+    if "properties" in prop and (value is MISSING or isinstance(value, dict)):
+        values = {} if value is MISSING else dict(value)
+        for key, sub in prop["properties"].items():
+            filled = _form_value(sub, values.get(key, MISSING), schema)
+            if filled is not MISSING:
+                values[key] = filled
+        value = values or MISSING  # an object input with no values sends none
+    return value
+
+
+def _deep_update(target: dict, edits: dict) -> dict:
+    for key, value in edits.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _deep_update(target[key], value)
+        else:
+            target[key] = value
+    return target
+
+
+@pytest.mark.slow
+def test_a_run_from_a_stage_form_changes_only_what_the_user_changed(
+    project, prefect_harness, repro_calls, caplog
+):
+    """Through Prefect's API as the UI drives it: the deployment's schema read back from the
+    server, a flow run made from the deployment with the form's payload, run as a worker's
+    engine runs it. params.yaml changes in the one field the user set."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.flow_engine import load_flow_run, run_flow
+    from prefect.utilities.callables import parameter_schema
+
+    stage_flow = flows.stages.data_flow
+    with get_client(sync_client=True) as client:
+        client.create_work_pool(WorkPoolCreate(name="cpu", type="process"), overwrite=True)
+        deployment_id = client.create_deployment(
+            client.create_flow_from_name(stage_flow.name),
+            "form-test",
+            entrypoint="flows/stages.py:data_flow",
+            work_pool_name="cpu",
+            parameter_openapi_schema=parameter_schema(stage_flow).model_dump_for_openapi(),
+            enforce_parameter_schema=True,
+        )
+        deployment = client.read_deployment(deployment_id)
+        old = yaml.safe_load(Path("params.yaml").read_text())["data"]["synth"]["questions_per_db"]
+        payload = form_payload(
+            deployment.parameter_openapi_schema, "data", {"synth": {"questions_per_db": old + 3}}
+        )
+        created = client.create_flow_run_from_deployment(deployment_id, parameters=payload)
+    before = Path("params.yaml").read_text()
+    state = run_flow(stage_flow, flow_run=load_flow_run(created.id), return_type="state")
+    assert state.is_completed(), state
+    after = Path("params.yaml").read_text()
+    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
+    assert len(before.splitlines()) == len(after.splitlines())
+    assert [b.split("#")[0].strip() for _, b in changed] == [f"questions_per_db: {old + 3}"]
+    assert f"data.synth.questions_per_db: {old} -> {old + 3}" in caplog.text
+    assert repro_calls == [("data", False, None)]
+
+
 HOLD_THE_LOCK = """
 import fcntl, sys, time
 from pathlib import Path
@@ -570,6 +650,8 @@ def test_overrides_that_break_the_section_are_refused_before_the_stage_runs(
 
 
 def test_every_stage_has_a_flow_whose_parameter_is_its_section():
+    """...as overrides: a form built from the schema starts empty (no field has a default),
+    each field with its section's description."""
     from prefect.utilities.callables import parameter_schema
 
     from acesql.config import Params
@@ -581,11 +663,33 @@ def test_every_stage_has_a_flow_whose_parameter_is_its_section():
         training = ["distributed"] if stage in ("sft", "grpo") else []
         assert list(schema["properties"]) == [stage, "force", "parent_run_id", *training]
         section = Params.model_fields[stage].annotation
-        assert schema["properties"][stage]["anyOf"][0] == {
-            "$ref": f"#/definitions/{section.__name__}"
-        }
-        fields = schema["definitions"][section.__name__]["properties"]
+        overrides = f"{section.__name__}Overrides"
+        assert schema["properties"][stage]["anyOf"][0] == {"$ref": f"#/definitions/{overrides}"}
+        fields = schema["definitions"][overrides]["properties"]
         assert set(fields) == set(section.model_fields)
+        for name, field in fields.items():
+            assert field.get("description") == section.model_fields[name].description
+        for definition in schema["definitions"].values():
+            assert [k for k, v in definition["properties"].items() if "default" in v] == []
+
+
+def test_every_flow_parameter_is_described_in_the_form():
+    from prefect.utilities.callables import parameter_schema
+
+    for stage_flow in [flows.pipeline.pipeline, *flows.stages.STAGE_FLOWS.values()]:
+        properties = parameter_schema(stage_flow).model_dump()["properties"]
+        undescribed = [name for name, prop in properties.items() if not prop.get("description")]
+        assert undescribed == [], stage_flow.name
+
+
+def test_merge_section_returns_each_changed_value_old_and_new(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text((ROOT / "params.yaml").read_text())
+    data = yaml.safe_load(params.read_text())["data"]
+    old = data["synth"]["questions_per_db"]
+    given = {"synth": {"questions_per_db": old + 1, "profile": data["synth"]["profile"]}}
+    changes = flows.params_file.merge_section("data", given, params)
+    assert changes == [("data.synth.questions_per_db", old, old + 1)]
 
 
 def test_repro_hands_the_parent_run_to_the_stage_process(prefect_harness, monkeypatch, tmp_path):
