@@ -304,7 +304,7 @@ def test_eval_command_covers_debugging_tasks_and_compares_them(school_db, tmp_pa
         assert metrics["n"] == 2 and set(metrics["by_category"]) == {"management"}
         assert (tmp_path / name / "report.html").is_file()
     result = CliRunner().invoke(
-        cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
+        cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
     )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -345,5 +345,5 @@ def test_eval_compare_refuses_an_agent_evaluation_against_a_text_to_sql_one(tmp_
     (agent / "trajectories.jsonl").write_text("")
     (agent / "rows.jsonl").write_text("")
     (sql / "metrics.json").write_text("{}")
-    result = CliRunner().invoke(cli, ["eval", "--compare", str(agent), str(sql)])
+    result = CliRunner().invoke(cli, ["eval", "compare", str(agent), str(sql)])
     assert result.exit_code == 2 and "compares only with another one" in result.output

@@ -161,7 +161,7 @@ def test_eval_cli_with_the_tiny_model(synth_dir, tiny_model_dir, tmp_path):
     assert len(json.loads((out / "predict_dev.json").read_text())) == 3
     assert "<img" in (out / "report.html").read_text()
     compared = subprocess.run(
-        [sys.executable, "-m", "acesql.cli", "eval", "--compare", str(out), str(out)],
+        [sys.executable, "-m", "acesql.cli", "eval", "compare", str(out), str(out)],
         capture_output=True,
         text=True,
     )
@@ -225,3 +225,57 @@ def test_the_command_and_the_stage_evaluate_alike(
         )
     assert f"resuming {partial}: 2 of 3 questions done" in capsys.readouterr().err
     assert summary["usable"] == 3 and not partial.exists()
+
+
+def test_full_schema_ex_and_the_answer_policies(setup):
+    from acesql.config import SelectionSection
+    from acesql.data.schemas import SchemaCache
+    from tests.helpers import RoleEngine, columns_answer, sql_answer
+
+    examples, prompts = setup
+    examples = [ex for ex in examples if len(ex.gold_columns) > 1]
+    whole = {ex.index: prompts.schema_text(SchemaCache(0)(ex), None) for ex in examples}
+
+    def generator(ex, n, options):  # right on the whole schema, else names a missing table
+        right = whole[ex.index] in engine.prompt
+        return [sql_answer(ex.sql if right else "SELECT x FROM nowhere")] * n
+
+    def retriever(ex, n, options):  # leaves a gold column out
+        return [columns_answer(ex.gold_columns[:1])] * n
+
+    engine = RoleEngine(examples, generator, retriever)
+    scored = {}
+    with BatchExecutor(workers=0) as ex:
+        for policy in ("pipeline", "full_schema", "pipeline_else_full", "by_size"):
+            selection = SelectionSection(answer=policy, full_schema_tokens=1)
+            scored[policy] = evaluate_examples(examples, engine, prompts, ex, selection=selection)
+    summary, rows = scored["pipeline"]
+    assert summary["pipeline_ex"] == summary["generator_ex"] == 0.0
+    assert summary["full_schema_ex"] == 1.0 and summary["full_schema_correct"] == len(examples)
+    assert all(r["full_ran"] and not r["pipeline_ran"] and r["full_agrees"] is None for r in rows)
+    assert all(
+        r["full_tokens"]
+        == prompts.token_count(prompts.generator(SchemaCache(0)(e), None, e.question, e.evidence))
+        for e, r in zip(examples, rows)
+    )
+    assert summary["answer_ex"] == 0.0 and summary["answer_full_share"] == 0.0
+    assert scored["full_schema"][0]["answer_ex"] == 1.0
+    # the pipeline's SQL did not run, so the rule falls back to the full schema's
+    assert scored["pipeline_else_full"][0]["answer_ex"] == 1.0
+    assert scored["pipeline_else_full"][0]["answer_full_share"] == 1.0
+    # every full-schema prompt is longer than one token: by_size keeps the pipeline's
+    assert scored["by_size"][0]["answer_ex"] == 0.0
+
+
+def test_answers_that_agree_are_counted(setup):
+    examples, prompts = setup
+    with BatchExecutor(workers=0) as ex:
+        summary, rows = evaluate_examples(examples, Oracle(examples), prompts, ex)
+    assert summary["full_schema_ex"] == summary["pipeline_ex"] == summary["answer_ex"] == 1.0
+    assert summary["full_agree_rate"] == 1.0 and all(r["full_agrees"] for r in rows)
+    with BatchExecutor(workers=0) as ex:
+        summary, rows = evaluate_examples(
+            examples, Oracle(examples, wrong_for=examples[:1]), prompts, ex
+        )
+    # the first question's answers are both SELECT 1 WHERE 0: they agree and are both wrong
+    assert rows[0]["full_agrees"] is True and rows[0]["full_match"] is False

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from acesql.config import SelectionSection
 from acesql.data.loaders import load_dataset
 from acesql.errors import DataError
 from acesql.eval.compare import compare_table, load_evaluation
@@ -209,7 +210,7 @@ def test_r3_chooses_among_the_same_candidates_that_maj_votes_on(setup):
     answers = {0: "SELECT 12345", 1: "SELECT 54321", 2: "SELECT 54321", 3: None}
     engine = Scripted(examples, lambda ex, i: answers[i] or ex.sql)
     judge = Judge({ex.sql for ex in examples})
-    selection = {"method": "r3", "tau": 0.05, "resample": False}
+    selection = SelectionSection(method="r3", candidates=3)
     with BatchExecutor(workers=0) as executor:
         summary, rows = evaluate_examples(
             examples, engine, prompts, executor, maj_k=3, selection=selection, judge=judge
@@ -218,7 +219,8 @@ def test_r3_chooses_among_the_same_candidates_that_maj_votes_on(setup):
     assert summary["oracle_ex"] == 1.0 and summary["maj_given_recall"] == 0.0
     assert summary["r3_given_recall"] == 1.0 and summary["r3_correct"] == 4
     assert all(r["r3_sql"] == r["gold_sql"] and r["r3_judged_pairs"] == 1 for r in rows)
-    assert engine.prompts == 4 * 4  # retriever, pipeline, ability, the samples: no resampling
+    # retriever, pipeline, ability, full schema, the samples: no resampling
+    assert engine.prompts == 4 * 5
     assert "r3rs_ex" not in summary
 
 
@@ -251,7 +253,7 @@ def test_resampling_the_pipeline_reaches_a_column_the_retriever_left_out(setup, 
 
     engine = RoleEngine(examples, generator, retriever)
     judge = Contexts({ex.sql for ex in examples})
-    selection = {"method": "r3", "resample": True, "resample_candidates": 4}
+    selection = {"method": "r3", "candidates": 2, "resample": True, "resample_candidates": 4}
     with BatchExecutor(workers=0) as executor:
         summary, rows = evaluate_examples(
             examples,
@@ -259,7 +261,7 @@ def test_resampling_the_pipeline_reaches_a_column_the_retriever_left_out(setup, 
             prompts,
             executor,
             maj_k=2,
-            selection={**selection, "resample_from": source},
+            selection=SelectionSection(**selection, resample_from=source),
             judge=judge,
         )
     assert summary["pipeline_ex"] == 0.0 and summary["oracle_ex"] == 0.0
@@ -704,13 +706,13 @@ def test_compare_cli_prints_the_paired_section(tmp_path):
     _write_rows(tmp_path / "a", "dev", [False] * 10)
     _write_rows(tmp_path / "b", "dev", [True] * 10)
     result = CliRunner().invoke(
-        cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
+        cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
     )
     assert result.exit_code == 0, result.output
     assert re.search(r"pipeline EX\s+0\.0%\s+100\.0%\s+\+100\.0.*0\s+10\s+0\.00195", result.output)
     (tmp_path / "b" / "rows.jsonl").unlink()
     result = CliRunner().invoke(
-        cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
+        cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
     )
     assert "no per-question rows on both sides" in result.output
 
@@ -728,7 +730,7 @@ def test_rows_kept_without_their_metrics_still_compare(tmp_path):
         (tmp_path / side).mkdir()
         (tmp_path / side / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = CliRunner().invoke(
-        cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
+        cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
     )
     assert result.exit_code == 0, result.output
     assert "rows: paired, on the 6 questions both scored" in result.output
@@ -790,7 +792,7 @@ def test_an_unfinished_evaluation_compares_on_its_finished_questions(tmp_path):
     _write_unfinished(tmp_path / "a", [[False] * 4, [False] * 4], header)
     _write_unfinished(tmp_path / "b", [[True] * 4], header)  # B got through one chunk
     result = CliRunner().invoke(
-        cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
+        cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
     )
     assert result.exit_code == 0, result.output
     assert f"{tmp_path / 'a'}: unfinished, 8 of 40 questions scored so far" in result.output
@@ -802,7 +804,7 @@ def test_an_unfinished_evaluation_compares_on_its_finished_questions(tmp_path):
     for side in ("a", "b"):
         (partial,) = (tmp_path / side).glob(".partial-*.jsonl")
         partial.rename(tmp_path / side / "rows.partial.jsonl")
-    again = CliRunner().invoke(cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    again = CliRunner().invoke(cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert again.exit_code == 0 and again.output == result.output
 
 
@@ -846,7 +848,7 @@ def test_compare_takes_pipeline_run_ids_and_says_when_sides_differ(tmp_path):
     b = _pipeline_run(
         client, experiment, tmp_path, "b", {"test_ood": [True] * 6, "dev": [True] * 4}
     )
-    result = CliRunner().invoke(cli, ["eval", "--compare", a, b, "--tracking-uri", uri])
+    result = CliRunner().invoke(cli, ["eval", "compare", a, b, "--tracking-uri", uri])
     assert result.exit_code == 0, result.output
     assert re.search(r"pipeline EX\s+20\.0%\s+100\.0%\s+\+80\.0", result.output)
     assert "note: dev: only B has it" in result.output
@@ -908,7 +910,7 @@ def test_selections_of_one_run_are_paired_against_its_majority_vote(tmp_path):
     rows.append({"db_id": "d", "index": 99, "usable": False, "category": "unusable"})
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = CliRunner().invoke(cli, ["eval", "--selections", str(tmp_path / "run")])
+    result = CliRunner().invoke(cli, ["eval", "selections", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     assert "rows: 10 questions, 4 candidates each" in result.output
     lines = result.output.splitlines()
@@ -927,5 +929,5 @@ def test_selections_of_one_run_are_paired_against_its_majority_vote(tmp_path):
     (tmp_path / "greedy").mkdir()
     plain = [dict(UNFINISHED_ROW, index=i) for i in range(3)]
     (tmp_path / "greedy" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in plain))
-    result = CliRunner().invoke(cli, ["eval", "--selections", str(tmp_path / "greedy")])
+    result = CliRunner().invoke(cli, ["eval", "selections", str(tmp_path / "greedy")])
     assert result.exit_code == 2 and "holds no rows with candidates" in result.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from acesql.config import SelectionSection
 from acesql.data.loaders import load_dataset
 from acesql.models.engine import Completion
 from acesql.prm.labels import label_steps
@@ -379,7 +380,7 @@ def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth
             prompts,
             executor,
             maj_k=3,
-            selection={"method": "prm"},
+            selection=SelectionSection(method="prm"),
             process_scorer=ByOrder(),
         )
     assert all(r["prm_scored"] == 3 and r["prm_sql"].endswith("LIMIT 0") for r in rows)

@@ -295,3 +295,45 @@ def test_the_auditor_reads_the_pool_with_its_sanity_notes(tiny_model_dir):
     judge._first_letter = lambda prompts, letters: seen.extend(prompts) or [0.25]
     assert judge.audit(Context("?", "t(v)"), groups) == 0.25
     assert "returned no rows" in seen[0] and "only NULL in v" in seen[0]
+
+
+class WordTokenizer(ChatTokenizer):
+    """Counts words as tokens."""
+
+    def __call__(self, text, add_special_tokens=False):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(input_ids=text.split())
+
+
+def test_ask_ships_the_answer_its_policy_names(school_db):
+    from acesql.config import SelectionSection
+    from acesql.models.prompts import PromptBuilder
+    from acesql.ranking.ask import ask
+
+    class SchemaEngine(AskEngine):
+        """Greedy: a query that fails on the pruned schema's guess, right on the whole one."""
+
+        def generate(self, prompts, n=1, temperature=1.0, **options):
+            from acesql.models.engine import Completion
+
+            (prompt,) = prompts
+            if (
+                "course" in prompt
+                and "list the columns" not in prompt
+                and "Which columns" not in prompt
+            ):
+                return [[Completion("```sql\nSELECT COUNT(*) FROM student\n```")]]
+            return super().generate(prompts, n, temperature, **options)
+
+    prompts = PromptBuilder(WordTokenizer())
+    engine = SchemaEngine("SELECT nope FROM student", [])
+    question = "How many students are there?"
+    pipeline = ask(engine, prompts, school_db, question, SelectionSection())
+    assert pipeline.sql == "SELECT nope FROM student" and pipeline.full_result is None
+    fallback = SelectionSection(answer="pipeline_else_full")
+    shipped = ask(engine, prompts, school_db, question, fallback)
+    assert shipped.answer_from == "full_schema" and shipped.result.rows == [(60,)]
+    assert shipped.full_sql == "SELECT COUNT(*) FROM student"
+    small = SelectionSection(answer="by_size", full_schema_tokens=1)  # every prompt is longer
+    assert ask(engine, prompts, school_db, question, small).answer_from == "pipeline"

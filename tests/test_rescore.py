@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from acesql.cli import cli
+from acesql.config import SelectionSection
 from acesql.data.loaders import load_dataset
 from acesql.errors import AcesqlError, DataError
 from acesql.eval.end_to_end import evaluate_examples
@@ -18,7 +19,7 @@ from tests.test_selection import Judge
 
 # sample 0 is greedy; 1-3 the first pool; the draw of 4 is samples 1-4 again
 WRONG = {1: "SELECT 12345", 2: "SELECT 54321", 4: "SELECT 777"}
-R3 = {"method": "r3", "tau": 0.05, "resample": True, "resample_candidates": 4}
+R3 = SelectionSection(method="r3", candidates=3, resample=True, resample_candidates=4)
 SELECTED = ("maj_", "point_", "r3_", "r3rs_", "oracle_match")
 
 
@@ -111,7 +112,7 @@ def test_another_judge_changes_only_the_ranking(stored_run):
 
 def test_a_larger_n_goes_on_with_the_drawn_candidates(stored_run):
     examples, _, stored = stored_run
-    summary, rows = rescore(stored_run, Judge(set()), 5, {"method": "r3"})
+    summary, rows = rescore(stored_run, Judge(set()), 5, SelectionSection(method="r3"))
     for row in rows:
         first, drawn = stored[row["index"]]["r3_pool"], stored[row["index"]]["r3rs_drawn"]
         assert row["r3_pool"] == first + drawn[:2] and row["maj_k"] == 5
@@ -120,7 +121,7 @@ def test_a_larger_n_goes_on_with_the_drawn_candidates(stored_run):
     gold = {ex.index: ex.sql for ex in examples}
     assert all(r["r3_pool"].count(gold[r["index"]]) == 1 for r in rows)
     assert summary["maj_ex"] == 0.0 and summary["oracle_ex"] == 1.0
-    _, voted = rescore(stored_run, None, 7, {"method": "maj"})
+    _, voted = rescore(stored_run, None, 7, SelectionSection(method="maj"))
     # ... + gold, 777: four answers, three of them twice
     assert all((r["maj_k"], r["maj_votes"], r["maj_groups"]) == (7, 2, 4) for r in voted)
 
@@ -130,22 +131,22 @@ def test_prm_best_of_n_scores_the_stored_candidates(stored_run):
 
     examples, _, stored = stored_run
     scorer = Scorer({ex.sql for ex in examples})
-    summary, rows = rescore(stored_run, None, 3, {"method": "prm"}, scorer)
+    summary, rows = rescore(stored_run, None, 3, SelectionSection(method="prm"), scorer)
     assert summary["maj_ex"] == 0.0 and all(r["prm_match"] for r in rows)
     assert all(r["prm_rewards"] == [0.2, 0.2, 0.9] and r["prm_scored"] == 3 for r in rows)
     # each question's pruned schema as text, and its database's schema to rewrite against
     assert len(scorer.seen) == len(rows)
     assert all(text and schema.tables for text, schema in scorer.seen)
     with pytest.raises(ConfigError, match="direct view"):
-        rescore(stored_run, None, 3, {"method": "prm"}, Scorer(set(), view="cocte"))
+        rescore(stored_run, None, 3, SelectionSection(method="prm"), Scorer(set(), view="cocte"))
 
 
 @pytest.mark.parametrize(
     "k, selection, message",
     [
-        (8, {"method": "maj"}, "7 stored candidates, fewer than 8"),
+        (8, SelectionSection(method="maj"), "7 stored candidates, fewer than 8"),
         (2, R3, "stored size \\(3\\), not 2"),
-        (3, {**R3, "resample_candidates": 5}, "drew 4 candidates, not 5"),
+        (3, R3.model_copy(update={"resample_candidates": 5}), "drew 4 candidates, not 5"),
     ],
 )
 def test_what_the_stored_run_cannot_give_is_refused(stored_run, k, selection, message):
@@ -157,7 +158,7 @@ def test_a_pipeline_draw_is_not_more_of_the_first_pool(stored_run):
     examples, prompts, stored = stored_run
     wider = {i: {**r, "r3rs_drawn_schema": "t(a, b)"} for i, r in stored.items()}
     with pytest.raises(DataError, match="wider schema"):
-        rescore((examples, prompts, wider), Judge(set()), 5, {"method": "maj"})
+        rescore((examples, prompts, wider), Judge(set()), 5, SelectionSection(method="maj"))
 
 
 def test_stored_rows_must_be_of_the_questions_asked(stored_run, tmp_path):
@@ -193,7 +194,7 @@ def test_the_command_rescores_a_folder_paired_with_it(synth_dir, tiny_model_dir,
     for x, y in zip(a, b):
         assert y["r3_pool"] == x["r3_pool"] + x["r3rs_drawn"][:2] and y["maj_k"] == 4
     paired = CliRunner().invoke(
-        cli, ["eval", "--compare", str(tmp_path / "a"), str(tmp_path / "b")]
+        cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
     )
     assert paired.exit_code == 0 and "maj" in paired.output
     # a source still being written: its rows so far are scored, and the rescoring stays

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -53,6 +54,11 @@ VERDICTS = [
 CONTEXT = Context("?", "t(v)")
 
 
+def r3(**settings) -> SelectionSection:
+    """The r3 selection with five first candidates (SQLS), as the section checks it."""
+    return SelectionSection(method="r3", candidates=5, **settings)
+
+
 def test_maj_takes_the_first_sampled_of_tied_groups_and_recall_sees_any_right_candidate():
     fields = vote_fields(SQLS, VERDICTS, "multiset")
     assert fields["maj_sql"] == "a" and fields["maj_match"] is False
@@ -89,9 +95,8 @@ def test_resampling_is_scored_by_the_drawn_candidates_verdicts():
         VERDICTS,
         Judge({"z"}),
         "multiset",
-        resample=resample,
-        resample_candidates=6,
-        resample_pool="both",
+        r3(resample=True, resample_candidates=6, resample_pool="both"),
+        resample,
     )
     # first pass: a tie between {a, c} and {b, d} (utility 0.4 each) goes to the group sampled first
     assert fields["r3_sql"] == "a" and fields["r3_match"] is False
@@ -105,11 +110,25 @@ def test_resampling_is_scored_by_the_drawn_candidates_verdicts():
     assert "r3rs_drawn_schema" not in fields  # drawn on the first pool's schema
     # R3-SQL's pool: the first is discarded, only z and y are ranked
     fields = ranked_fields(
-        CONTEXT, SQLS, VERDICTS, Judge({"z"}), "multiset", resample=resample, resample_candidates=6
+        CONTEXT,
+        SQLS,
+        VERDICTS,
+        Judge({"z"}),
+        "multiset",
+        r3(resample=True, resample_candidates=6),
+        resample,
     )
     assert fields["r3rs_sql"] == "z" and fields["r3rs_oracle"] is True and drawn == [6, 6]
     # a pool the auditor trusts is ranked as it is
-    fields = ranked_fields(CONTEXT, SQLS, VERDICTS, Judge({"b"}), "multiset", resample=resample)
+    fields = ranked_fields(
+        CONTEXT,
+        SQLS,
+        VERDICTS,
+        Judge({"b"}),
+        "multiset",
+        r3(resample=True, resample_candidates=6),
+        resample,
+    )
     assert fields["r3rs_fired"] is False and fields["r3rs_generated"] == 5 and drawn == [6, 6]
     assert fields["r3rs_drawn_oracle"] is None
     assert fields["r3rs_match"] is True
@@ -123,7 +142,13 @@ def test_candidates_drawn_on_a_wider_schema_keep_that_schema():
         return ["z"], [verdict(ok((2,)), True)], wider
 
     fields = ranked_fields(
-        CONTEXT, SQLS, VERDICTS, Judge({"z"}), "multiset", resample=resample, resample_candidates=6
+        CONTEXT,
+        SQLS,
+        VERDICTS,
+        Judge({"z"}),
+        "multiset",
+        r3(resample=True, resample_candidates=6),
+        resample,
     )
     assert fields["r3rs_fired"] is True and fields["r3rs_drawn"] == ["z"]
     assert fields["r3rs_drawn_schema"] == "t(v, w)"
@@ -141,37 +166,28 @@ def test_the_section_checks_itself_and_may_be_left_out(tmp_path):
     assert load_params(path).selection == SelectionSection()
 
 
-def test_the_fingerprint_settings_of_greedy_and_maj_are_those_of_earlier_folders():
+def test_the_fingerprint_carries_the_selection_section_whole():
     cfg = EvaluateSection()
     common = dict(seed=0, reasoning=False, sample_values=0)
     greedy = settings(cfg, SelectionSection(), **common)
-    assert set(greedy) == {
-        "mode",
-        "retriever_samples",
-        "vote_threshold",
-        "on_empty",
-        "max_new_tokens",
-        "maj_k",
-        "maj_temperature",
-        "seed",
-        "engine",
-        "reasoning",
-        "sample_values",
-    }
     assert greedy["maj_k"] == 0 and greedy["maj_temperature"] == 1.0
+    assert greedy["selection"] == SelectionSection().model_dump(mode="json")
     maj = settings(cfg, SelectionSection(method="maj", candidates=4), **common)
-    assert maj == {**greedy, "maj_k": 4}
-    r3 = settings(cfg, SelectionSection(method="r3", candidates=4, tau=0.1), **common)
-    assert r3["maj_k"] == 4 and r3["selection"]["tau"] == 0.1
+    assert maj["maj_k"] == 4 and maj["selection"]["method"] == "maj"
     salvage = settings(EvaluateSection(unclosed_list="salvage"), **common)
     assert salvage == {**greedy, "unclosed_list": "salvage"}
-    # resampling folders written before its switches drew from the generator and kept both
-    earlier = {"method", "tau", "resample", "resample_candidates", "audit_threshold"}
-    both = SelectionSection(method="r3", resample=True, resample_pool="both")
-    assert set(settings(cfg, both, **common)["selection"]) == earlier
-    pipeline = SelectionSection(method="r3", resample=True, resample_from="pipeline")
-    named = settings(cfg, pipeline, **common)["selection"]
-    assert named["resample_from"] == "pipeline" and named["resample_pool"] == "new"
+    # every switch of the section that changes what runs changes the fingerprint
+    r3 = dict(method="r3", resample=True)
+    variants = [
+        SelectionSection(**r3),
+        SelectionSection(**r3, resample_pool="both"),
+        SelectionSection(**r3, resample_from="pipeline"),
+        SelectionSection(**r3, tau=0.1),
+        SelectionSection(**r3, answer="full_schema"),
+    ]
+    named = [settings(cfg, v, **common)["selection"] for v in variants]
+    assert named[1]["resample_pool"] == "both" and named[2]["resample_from"] == "pipeline"
+    assert len({json.dumps(n, sort_keys=True) for n in named}) == len(variants)
 
 
 def test_r3_needs_the_engine_that_gives_next_token_probabilities():
@@ -208,7 +224,7 @@ def audit_sweep_output(folder, rows):
     folder.mkdir()
     (folder / "metrics.json").write_text(json.dumps({"split": "dev"}))
     (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return CliRunner().invoke(cli, ["eval", "--audit-sweep", str(folder)])
+    return CliRunner().invoke(cli, ["eval", "audit-sweep", str(folder)])
 
 
 def test_the_audit_sweep_reads_a_finished_folder_and_stops_where_the_rows_cannot_tell(tmp_path):
@@ -320,7 +336,7 @@ def test_every_field_a_selection_writes_is_known_to_rescoring():
         return ["z"], [verdict(ok((2,)), True)], Context("?", "t(v, w)")
 
     fields = vote_fields(SQLS, VERDICTS, "multiset")
-    fields |= ranked_fields(CONTEXT, SQLS, VERDICTS, Judge({"z"}), "multiset", resample=resample)
+    fields |= ranked_fields(CONTEXT, SQLS, VERDICTS, Judge({"z"}), "multiset", None, resample)
     fields |= prm_fields(SQLS, VERDICTS, [0.1, 0.9, 0.2, 0.8, None], "multiset")
     # a field outside the rule would be kept from the stored row when rescoring, stale
     assert [key for key in fields if not is_selection_field(key)] == []

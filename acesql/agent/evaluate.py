@@ -10,7 +10,7 @@ ends (a killed evaluation resumes from them), `out/trajectories.jsonl` the whole
 trajectories, `out/metrics.json` the summary, `out/report.html` the report
 (`acesql.agent.report`). Rates carry a 95% Wilson interval; a
 comparison is paired on the tasks both sides scored: B - A with a bootstrap interval and the
-exact McNemar p-value (`acesql.eval.paired`).
+exact McNemar p-value (`acesql.paired`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from acesql.agent.report import write_agent_report
 from acesql.agent.tasks import DebugAgentTask
 from acesql.debug.task import DebugTask
 from acesql.errors import DataError
-from acesql.eval.paired import paired_difference
+from acesql.paired import paired_difference
 from acesql.sql.replicas import ReplicaPool
 
 

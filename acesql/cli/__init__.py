@@ -34,7 +34,7 @@ def cli():
 cli.add_command(sql.sql)
 cli.add_command(data.data)
 cli.add_command(evaluate.evaluate_sql)
-cli.add_command(evaluate.evaluate_model)
+cli.add_command(evaluate.evaluate_group)
 cli.add_command(evaluate.metrics)
 cli.add_command(evaluate.run)
 cli.add_command(pool.pool)

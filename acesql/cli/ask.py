@@ -68,6 +68,8 @@ def ask_command(
                 "result": answer.result.to_dict() if answer.result else None,
                 "columns": answer.columns,
                 "resampled": answer.resampled,
+                "answer_from": answer.answer_from,
+                **({"full_schema_sql": answer.full_sql} if answer.full_result else {}),
                 **({"candidates": answer.candidates, "groups": answer.groups} if explain else {}),
             }
         )
@@ -81,6 +83,9 @@ def ask_command(
                 click.echo("the auditor found no likely-correct SQL: more candidates were drawn")
             for rank, group in enumerate(answer.groups, 1):
                 click.echo(f"group {rank}: {json_line(group)}")
+            if answer.full_result is not None:
+                click.echo(f"full schema's answer: {answer.full_sql or '(no SQL)'}")
+                click.echo(f"answer from: {answer.answer_from} (selection.answer)")
         if answer.sql is None:
             click.echo("no answer: none of the candidate queries ran", err=True)
         else:

@@ -80,7 +80,103 @@ def evaluate_sql(dataset, fmt, split, predictions, mode, workers, timeout_s, out
 DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql": "multiset"}
 
 
-@click.command("eval")
+class _EvalGroup(click.Group):
+    """`acesql eval VERB ...`; `acesql eval --model ...` (flags first) is `acesql eval run`."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0].startswith("-") and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group("eval", cls=_EvalGroup)
+def evaluate_group():
+    """Evaluate a model, and read evaluations: one verb each.
+
+    \b
+    acesql eval run --model M --dataset D --format F [--out DIR]   evaluate
+    acesql eval compare A B          two evaluations side by side, paired
+    acesql eval selections RUN       each selection against maj@n on the same candidates
+    acesql eval audit-sweep RUN      what each auditor threshold would have given
+    acesql eval answers RUN          which answer policy to ship, read on a dev split
+
+    `acesql eval --model ...` (flags, no verb) still runs `eval run`.
+    """
+
+
+RUN_REF = click.argument("run_ref", metavar="RUN")
+TRACKING_URI = click.option(
+    "--tracking-uri",
+    default="sqlite:///mlflow.db",
+    show_default=True,
+    help="MLflow store that run ids are looked up in.",
+)
+
+
+@evaluate_group.command("compare")
+@click.argument("run_a")
+@click.argument("run_b")
+@TRACKING_URI
+def compare_command(run_a, run_b, tracking_uri):
+    """Two evaluations side by side (result folders or MLflow run ids); with per-question rows
+    on both sides, also B - A on the same questions with a 95% bootstrap interval and the
+    exact McNemar p-value."""
+    _compare(run_a, run_b, tracking_uri)
+
+
+@evaluate_group.command("audit-sweep")
+@RUN_REF
+@TRACKING_URI
+def audit_sweep_command(run_ref, tracking_uri):
+    """From an evaluation with --selection r3 --resample (a result folder, finished or not,
+    or an MLflow run id), what each lower --audit-threshold would have given and cost,
+    without running the model again."""
+    _audit_sweep(run_ref, tracking_uri)
+
+
+@evaluate_group.command("selections")
+@RUN_REF
+@TRACKING_URI
+def selections_command(run_ref, tracking_uri):
+    """Every selection in one evaluation with candidates against its maj@n on the same
+    candidates, paired: 95% bootstrap interval, discordant counts, McNemar p, accuracy given
+    recall."""
+    _selections(run_ref, tracking_uri)
+
+
+@evaluate_group.command("answers")
+@RUN_REF
+@TRACKING_URI
+def answers_command(run_ref, tracking_uri):
+    """Which answer to ship, read on RUN (an evaluation of a DEV split): the pipeline's, the
+    full schema's or a rule per question (`selection.answer`), each paired against the
+    pipeline, and the one to set. Never choose it on the test set you report."""
+    from acesql.eval.compare import load_rows
+    from acesql.selection.answer import chosen_policy, policy_table, policy_text
+
+    splits = load_rows(run_ref, tracking_uri)
+    tables = {split: policy_table(rows) for split, rows in splits.items()}
+    if not any(t and t[0]["n"] for t in tables.values()):
+        raise click.UsageError(
+            f"{run_ref} holds no rows with a full-schema answer (evaluate it again with --out)"
+        )
+    for split, table in tables.items():
+        if table and table[0]["n"]:
+            click.echo(f"{split}: {table[0]['n']} questions")
+            click.echo(policy_text(table))
+            pick = chosen_policy(table)
+            size = (
+                f" with full_schema_tokens {pick['full_schema_tokens']}"
+                if pick["full_schema_tokens"]
+                else ""
+            )
+            click.echo(
+                f"ship: answer {pick['policy']}{size} ({pick['ex']:.1%}); set selection.answer "
+                "(and selection.full_schema_tokens) for the test splits, not this one"
+            )
+
+
+@evaluate_group.command("run")
 @click.option(
     "--model", callback=model_folder, help="Model folder (or models/base with its redirect)."
 )
@@ -188,6 +284,7 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     help="Instead of evaluating: compare two evaluations (result folders or MLflow run ids); "
     "with per-question rows on both sides, also B - A on the same questions with a 95% "
     "bootstrap interval and the exact McNemar p-value.",
+    hidden=True,
 )
 @click.option(
     "--audit-sweep",
@@ -195,6 +292,7 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     help="Instead of evaluating: from an evaluation with --selection r3 --resample (a result "
     "folder, finished or not, or an MLflow run id), what each lower --audit-threshold would "
     "have given and cost, without running the model again.",
+    hidden=True,
 )
 @click.option(
     "--selections",
@@ -202,11 +300,13 @@ DEFAULT_MODE = {"spider": "spider", "bird": "bird", "synth": "multiset", "synsql
     help="Instead of evaluating: every selection in one evaluation with candidates (a result "
     "folder, finished or not, or an MLflow run id) against its maj@n on the same candidates, "
     "paired: 95% bootstrap interval, discordant counts, McNemar p, accuracy given recall.",
+    hidden=True,
 )
 @click.option(
     "--tracking-uri",
     default="sqlite:///mlflow.db",
     show_default=True,
+    hidden=True,
     help="MLflow store that --compare, --audit-sweep and --selections look run ids up in.",
 )
 def evaluate_model(
@@ -241,14 +341,11 @@ def evaluate_model(
 ):
     """Evaluate MODEL in both roles on a dataset split and print the metrics.
 
-    Greedy pipeline EX, generator ability, retriever scores, non-gold ratio and tokens, per
-    complexity; with --selection maj also maj@n and candidate recall, with r3 also pointwise
-    best-of-n and groupwise ranking on the same n candidates. With --out, also per-question
-    rows, BIRD-format predictions and an HTML report. With --compare A B, print a
-    side-by-side table of two evaluations and, per split, their paired difference on the
-    questions both scored. With --audit-sweep RUN, print what each auditor threshold would
-    have given RUN (acesql.eval.audit_sweep). With --selections RUN, print each selection of
-    RUN against its maj@n on the same candidates (acesql.eval.selection_report). With
+    Greedy pipeline EX, full-schema EX (the generator once with every column), generator
+    ability (the gold columns), the shipped answer (`selection.answer`), retriever scores,
+    non-gold ratio and tokens, per complexity; with --selection maj also maj@n and candidate
+    recall, with r3 also pointwise best-of-n and groupwise ranking on the same n candidates.
+    With --out, also per-question rows, BIRD-format predictions and an HTML report. With
     --candidates-from RUN, the selection on RUN's stored candidates, nothing generated
     (acesql.eval.rescore): another judge, or a larger n, paired with RUN on the same samples;
     while RUN is unfinished, its rows so far, and the output stays unfinished until rerun.
@@ -256,81 +353,29 @@ def evaluate_model(
     The flags build the `evaluate` params section and run the evaluate stage's code
     (acesql.eval.session), so a folder this command leaves unfinished resumes by either.
     With --format debug, the agent's success per category, turns and tokens instead
-    (`acesql debug eval`), and --compare pairs two such evaluations on their tasks.
+    (`acesql debug eval`).
     """
+    for flag, value, verb in (
+        ("--compare", compare, "compare A B"),
+        ("--audit-sweep", audit_sweep, "audit-sweep RUN"),
+        ("--selections", selections, "selections RUN"),
+    ):
+        if value:
+            click.echo(f"acesql eval {flag} is now `acesql eval {verb}`", err=True)
     if compare:
-        from acesql.agent.evaluate import is_agent_evaluation
-
-        if any(map(is_agent_evaluation, compare)):
-            _compare_agent_evaluations(*compare)
-            return
-        # a bar per downloaded rows file would bury the table
-        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        from acesql.eval.compare import (
-            compare_table,
-            load_evaluation,
-            load_rows,
-            paired_table,
-            unfinished_note,
-        )
-
-        left, right = (load_evaluation(c, tracking_uri) for c in compare)
-        for note in filter(None, map(unfinished_note, compare)):
-            click.echo(note)
-        click.echo(compare_table(left, right, *compare))
-        paired = paired_table(*(load_rows(c, tracking_uri) for c in compare))
-        click.echo(paired or "\n(no per-question rows on both sides: no paired intervals)")
+        _compare(*compare, tracking_uri)
         return
     if audit_sweep:
-        from acesql.eval.audit_sweep import audit_sweep as sweep
-        from acesql.eval.audit_sweep import chosen_threshold, sweep_table
-        from acesql.eval.compare import load_rows
-
-        splits = load_rows(audit_sweep, tracking_uri)
-        tables = {split: sweep(rows) for split, rows in splits.items()}
-        if not any(tables.values()):
-            raise click.UsageError(
-                f"{audit_sweep} holds no rows ranked with resampling "
-                "(evaluate with --selection r3 --resample and --out)"
-            )
-        for split, points in tables.items():
-            if points:
-                click.echo(f"{split}: {len(splits[split])} questions")
-                click.echo(sweep_table(points))
-                pick = chosen_threshold(points)
-                where = (
-                    f"{pick.threshold:.2f} ({pick.ex:.1%}, {pick.candidates:.1f} candidates a "
-                    "question)"
-                )
-                if pick.gain.low > 0:
-                    click.echo(
-                        f"resampling pays here from {where}; set it with --audit-threshold or "
-                        "selection.audit_threshold for other splits, not the one it was read from"
-                    )
-                else:
-                    click.echo(
-                        "no threshold's gain over ranking without resampling has a 95% interval "
-                        f"above zero on these questions: resampling does not pay; its cheapest "
-                        f"threshold is {where}"
-                    )
+        _audit_sweep(audit_sweep, tracking_uri)
         return
     if selections:
-        from acesql.eval.compare import load_rows
-        from acesql.eval.selection_report import selection_report
-
-        report = selection_report(load_rows(selections, tracking_uri))
-        if not report:
-            raise click.UsageError(
-                f"{selections} holds no rows with candidates "
-                "(evaluate with --selection maj, r3 or prm, and --out)"
-            )
-        click.echo(report)
+        _selections(selections, tracking_uri)
         return
     missing = [
         o for o, v in (("--model", model), ("--dataset", dataset), ("--format", fmt)) if not v
     ]
     if missing:
-        raise click.UsageError(f"missing {', '.join(missing)} (or use --compare A B)")
+        raise click.UsageError(f"missing {', '.join(missing)}")
     if fmt == "debug":
         _evaluate_agent(
             model,
@@ -385,6 +430,75 @@ def evaluate_model(
             examples, dataset=dataset, split=split, out=out, chunk_size=chunk_size
         )
     echo_json(summary)
+
+
+def _compare(a: str, b: str, tracking_uri: str) -> None:
+    from acesql.agent.evaluate import is_agent_evaluation
+
+    if is_agent_evaluation(a) or is_agent_evaluation(b):
+        _compare_agent_evaluations(a, b)
+        return
+    # a bar per downloaded rows file would bury the table
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from acesql.eval.compare import (
+        compare_table,
+        load_evaluation,
+        load_rows,
+        paired_table,
+        unfinished_note,
+    )
+
+    left, right = (load_evaluation(c, tracking_uri) for c in (a, b))
+    for note in filter(None, map(unfinished_note, (a, b))):
+        click.echo(note)
+    click.echo(compare_table(left, right, a, b))
+    paired = paired_table(*(load_rows(c, tracking_uri) for c in (a, b)))
+    click.echo(paired or "\n(no per-question rows on both sides: no paired intervals)")
+
+
+def _audit_sweep(run_ref: str, tracking_uri: str) -> None:
+    from acesql.eval.audit_sweep import audit_sweep as sweep
+    from acesql.eval.audit_sweep import chosen_threshold, sweep_table
+    from acesql.eval.compare import load_rows
+
+    splits = load_rows(run_ref, tracking_uri)
+    tables = {split: sweep(rows) for split, rows in splits.items()}
+    if not any(tables.values()):
+        raise click.UsageError(
+            f"{run_ref} holds no rows ranked with resampling "
+            "(evaluate with --selection r3 --resample and --out)"
+        )
+    for split, points in tables.items():
+        if not points:
+            continue
+        click.echo(f"{split}: {len(splits[split])} questions")
+        click.echo(sweep_table(points))
+        pick = chosen_threshold(points)
+        where = f"{pick.threshold:.2f} ({pick.ex:.1%}, {pick.candidates:.1f} candidates a question)"
+        if pick.gain.low > 0:
+            click.echo(
+                f"resampling pays here from {where}; set it with --audit-threshold or "
+                "selection.audit_threshold for other splits, not the one it was read from"
+            )
+        else:
+            click.echo(
+                "no threshold's gain over ranking without resampling has a 95% interval "
+                f"above zero on these questions: resampling does not pay; its cheapest "
+                f"threshold is {where}"
+            )
+
+
+def _selections(run_ref: str, tracking_uri: str) -> None:
+    from acesql.eval.compare import load_rows
+    from acesql.eval.selection_report import selection_report
+
+    report = selection_report(load_rows(run_ref, tracking_uri))
+    if not report:
+        raise click.UsageError(
+            f"{run_ref} holds no rows with candidates "
+            "(evaluate with --selection maj, r3 or prm, and --out)"
+        )
+    click.echo(report)
 
 
 def _evaluate_agent(

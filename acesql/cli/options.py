@@ -6,10 +6,12 @@ import functools
 import json
 import math
 import os
+import typing
 from pathlib import Path
 
 import click
 
+from acesql.config.section import AnswerPolicy
 from acesql.errors import AcesqlError
 from acesql.sql.sandbox import DEFAULT_TIMEOUT_S, check_timeout
 
@@ -156,6 +158,21 @@ def selection_options(default_method: str):
             help="prm: the trajectory score model.  [default: models/prm]",
         ),
         click.option(
+            "--answer",
+            type=click.Choice(typing.get_args(AnswerPolicy)),
+            default=None,
+            help="Which answer is the product's: the pipeline's, the generator's on the full "
+            "schema, or a rule per question (choose it on dev: acesql eval answers).  "
+            "[default: pipeline]",
+        ),
+        click.option(
+            "--full-schema-tokens",
+            type=COUNT,
+            default=None,
+            help="--answer by_size: the longest full-schema prompt answered whole.  "
+            "[default: 1024]",
+        ),
+        click.option(
             "--selection-params",
             type=click.Path(dir_okay=False),
             callback=regular_file,
@@ -187,6 +204,8 @@ SELECTION_FLAGS = (
     "resample_pool",
     "audit_threshold",
     "prm_model",
+    "answer",
+    "full_schema_tokens",
     "selection_params",
 )
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from acesql.config.section import MatchMode, Section
+from acesql.config.section import AnswerPolicy, MatchMode, Section
 from acesql.config.shared import GenerationSection
 
 
@@ -90,6 +90,18 @@ class SelectionSection(Section):
     )
     prm_model: str = Field(
         "models/prm", description="prm: the trajectory score model (the prm stage's output)."
+    )
+    answer: AnswerPolicy = Field(
+        "pipeline",
+        description="Which answer is the product's: the pipeline's (retriever -> pruned schema "
+        "-> generator, chosen among candidates by `method`), the generator's on the full "
+        "schema in one call (full_schema), or a rule per question: the pipeline's unless it "
+        "fails to run (pipeline_else_full), the converse (full_else_pipeline), or the full "
+        "schema while its prompt has at most `full_schema_tokens` tokens (by_size). Choose it "
+        "on a dev split with `acesql eval --answers`, never on a test set.",
+    )
+    full_schema_tokens: int = Field(
+        1024, ge=1, description="answer by_size: the longest full-schema prompt answered whole."
     )
 
     @model_validator(mode="after")

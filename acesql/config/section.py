@@ -8,6 +8,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 MatchMode = Literal["multiset", "bird", "spider"]  # acesql.sql.matching.MATCH_MODES
+# which answer is the product's: acesql.selection.answer
+AnswerPolicy = Literal[
+    "pipeline", "full_schema", "pipeline_else_full", "full_else_pipeline", "by_size"
+]
 
 
 class Section(BaseModel):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from acesql.eval.paired import PairedResult, paired_difference
+from acesql.paired import PairedResult, paired_difference
 
 GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))
 

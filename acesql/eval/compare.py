@@ -10,7 +10,7 @@ number of questions scored. Both become
 Where both sides have their per-question rows (`rows.jsonl` beside `metrics.json`, or the
 run's `rows.jsonl` artifact), `paired_table` adds what the aggregate table cannot say: on
 the questions both scored, B - A with a 95% bootstrap interval and the exact McNemar p-value
-(`acesql.eval.paired`). A folder whose evaluation is still running, or was killed, is
+(`acesql.paired`). A folder whose evaluation is still running, or was killed, is
 read from its finished chunks (`acesql.eval.runner.read_unfinished`), marked as unfinished.
 """
 
@@ -23,14 +23,16 @@ from pathlib import Path
 from acesql.data.loaders import parse_jsonl
 from acesql.errors import DataError
 from acesql.eval.metrics import COUNTS, SCORE_LABELS, level_key, summarize
-from acesql.eval.paired import paired_difference
 from acesql.eval.runner import read_unfinished
+from acesql.paired import paired_difference
 
-LEVEL_ROWS = ("usable", "pipeline_ex", "maj_ex", "generator_ex")
+LEVEL_ROWS = ("usable", "answer_ex", "pipeline_ex", "full_schema_ex", "maj_ex", "generator_ex")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 # row field -> label, of the per-question scores compared pair by pair
 PAIRED_SCORES = (
+    ("answer_match", "answer EX (shipped)"),
     ("pipeline_match", "pipeline EX"),
+    ("full_match", "full-schema EX"),
     ("maj_match", "maj@k EX"),
     ("point_match", "pointwise best-of-k EX"),
     ("r3_match", "r3 ranking EX"),

@@ -6,9 +6,13 @@
   pruned schema -> generator (greedy) -> execution match against the gold;
 - maj@k (k > 0): k generator samples on the same pruned schema vote with their execution
   results (`acesql.eval.majority`), with candidate recall (any of the k correct); with
-  `selection={"method": "r3", ...}` the same k are also chosen among by pointwise best-of-k
-  and R3-SQL's groupwise ranking, optionally with resampling (`acesql.eval.selection`);
+  `selection.method` r3 the same k are also chosen among by pointwise best-of-k and R3-SQL's
+  groupwise ranking, optionally with resampling (`acesql.eval.selection`);
 - generator ability: the generator alone, on the schema pruned to the gold SQL's columns;
+- full-schema EX: the generator alone, greedy, on every column (the paper's Figure 1 (a));
+  with whether its result agrees with the pipeline's and its prompt's length in tokens;
+- the product's answer (`answer_*`): the pipeline's or the full schema's, per question, by
+  `selection.answer` (`acesql.selection.answer`);
 - retriever recall / precision / exact set match / gold coverage of the chosen columns.
 
 Rows keep what a reader needs to see a failure: chosen columns, SQL, execution status and
@@ -17,14 +21,17 @@ error, match reason, failure category, tokens. `acesql.eval.metrics` turns rows 
 
 from __future__ import annotations
 
+from acesql.config import SelectionSection
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache, gold_columns
 from acesql.errors import ConfigError, SqlParseError
+from acesql.eval.majority import group_results
 from acesql.eval.metrics import failure_category, summarize
 from acesql.eval.selection import prm_fields, ranked_fields, vote_fields
 from acesql.models.prompts import PromptBuilder
 from acesql.ranking.judge import Context, LetterJudge
 from acesql.ranking.resample import SOURCES, sample_pipeline_prompts
+from acesql.selection.answer import answer_fields
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns
@@ -45,7 +52,7 @@ def evaluate_examples(
     max_new_tokens: int = 256,
     maj_k: int = 0,
     maj_temperature: float = 1.0,
-    selection: dict | None = None,
+    selection: SelectionSection | None = None,
     judge=None,
     process_scorer=None,
     seed: int = 0,
@@ -54,48 +61,96 @@ def evaluate_examples(
 ) -> tuple[dict, list[dict]]:
     """Evaluate `examples` (usable ones) end to end; return (summary, rows).
 
-    `selection` (with maj_k > 0): `{"method": "r3", "tau", "resample",
-    "resample_candidates", "audit_threshold", "resample_from", "resample_pool"}` (the
-    `selection` params section) adds the
-    ranker's choices, judged by `judge` (default: a `LetterJudge` on the engine's torch model,
-    so the transformers engine); `{"method": "prm"}` adds PRM best-of-k, scored by
-    `process_scorer` (`acesql.prm.select.ProcessScorer`). With `stored` (an earlier r3
-    evaluation's rows by question index), nothing is generated: the stored candidates are
-    scored again (`acesql.eval.rescore`), judged by `judge`."""
+    `selection` (the `selection` params section; with maj_k > 0) adds its method's choices:
+    `r3`'s, judged by `judge` (default: a `LetterJudge` on the engine's torch model, so the
+    transformers engine), `prm`'s, scored by `process_scorer`
+    (`acesql.prm.select.ProcessScorer`); its `answer` policy says which answer is the
+    product's (`acesql.selection.answer`). With `stored` (an earlier r3 evaluation's rows by
+    question index), nothing is generated: the stored candidates are scored again
+    (`acesql.eval.rescore`), judged by `judge`."""
+    selection = selection or SelectionSection()
     schemas = schemas or SchemaCache(prompts.sample_values)
     unusable = [_unusable_row(e) for e in examples if e.unusable is not None]
     examples = [e for e in examples if e.unusable is None]
     if not examples:
         return summarize(unusable), unusable
     if stored is not None:
-        from acesql.eval.rescore import rescore_examples
-
-        contexts = [_judged_in(prompts, schemas, ex, stored[ex.index]) for ex in examples]
-        if selection and selection.get("method") == "r3":
-            judge = judge or LetterJudge(engine.model, engine.tokenizer)
-        _, rows = rescore_examples(
+        rows = _rescored(
             examples,
             stored,
+            engine,
+            prompts,
             executor,
+            schemas,
+            mode,
+            maj_k,
+            selection,
             judge,
-            contexts=contexts,
-            mode=mode,
-            maj_k=maj_k,
-            selection=selection,
-            process_scorer=process_scorer,
-            schemas=schemas,
+            process_scorer,
         )
-        rows += unusable
-        return summarize(rows), rows
+        return summarize(rows + unusable), rows + unusable
     greedy = dict(temperature=0.0, max_new_tokens=max_new_tokens, seed=seed)
-    if retriever_samples > 1:
-        sampling = dict(temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
-    else:
-        sampling = greedy
-    r_prompts = [prompts.retriever(schemas(e), e.question, e.evidence) for e in examples]
-    r_out = engine.generate(r_prompts, n=retriever_samples, **sampling)
+    sampling = dict(temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
+    rows, pipeline_prompts = retrieve(
+        examples,
+        engine,
+        prompts,
+        schemas,
+        samples=retriever_samples,
+        sampling=sampling if retriever_samples > 1 else greedy,
+        vote_threshold=vote_threshold,
+        on_empty=on_empty,
+        unclosed_list=unclosed_list,
+    )
+    answer_greedily(
+        examples, rows, engine, prompts, executor, schemas, pipeline_prompts, mode, greedy
+    )
+    if maj_k > 0:
+        sampling = dict(temperature=maj_temperature, max_new_tokens=max_new_tokens, seed=seed)
+        pools, samples = _candidates(
+            examples, rows, engine, pipeline_prompts, executor, mode, maj_k, sampling
+        )
+        if selection.method == "prm":
+            _prm_select(examples, rows, pools, samples, prompts, schemas, process_scorer, mode)
+        if selection.method == "r3":
+            judge = judge or LetterJudge(engine.model, engine.tokenizer)
+            redraw = None
+            if selection.resample:
+                redraw = Redraw(engine, prompts, schemas, executor, mode, sampling, unclosed_list)
+            _r3_select(
+                examples,
+                rows,
+                pools,
+                pipeline_prompts,
+                prompts,
+                schemas,
+                judge,
+                selection,
+                redraw,
+                mode,
+            )
+    for row in rows:
+        _finish(row, selection)
+    return summarize(rows + unusable), rows + unusable
 
-    rows, pipeline_prompts, ability_prompts = [], [], []
+
+def retrieve(
+    examples,
+    engine,
+    prompts,
+    schemas,
+    *,
+    samples,
+    sampling,
+    vote_threshold,
+    on_empty,
+    unclosed_list,
+) -> tuple[list[dict], list[str]]:
+    """The retriever's columns for each question (voted over `samples` outputs), as the
+    first fields of its row, and the generator's prompt on them."""
+    r_prompts = [prompts.retriever(schemas(e), e.question, e.evidence) for e in examples]
+    r_out = engine.generate(r_prompts, n=samples, **sampling)
+    rows, pipeline_prompts = [], []
     for ex, outputs in zip(examples, r_out):
         schema = schemas(ex)
         salvage = unclosed_list == "salvage"
@@ -124,79 +179,124 @@ def evaluate_examples(
             }
         )
         pipeline_prompts.append(prompts.generator(schema, chosen, ex.question, ex.evidence))
-        ability_prompts.append(
-            prompts.generator(schema, gold if gold else None, ex.question, ex.evidence)
-        )
-    generated = engine.generate(pipeline_prompts + ability_prompts, n=1, **greedy)
-    pipeline_out, ability_out = generated[: len(examples)], generated[len(examples) :]
+    return rows, pipeline_prompts
 
-    pipeline_sql = [parse_sql(g[0].text) for g in pipeline_out]
-    ability_sql = [parse_sql(g[0].text) for g in ability_out]
-    checks = [(e.db_path, s or "", e.sql) for e, s in zip(examples, pipeline_sql)]
-    checks += [(e.db_path, s or "", e.sql) for e, s in zip(examples, ability_sql)]
-    verdicts = executor.match_many(checks, mode)
+
+def answer_greedily(
+    examples, rows, engine, prompts, executor, schemas, pipeline_prompts, mode, greedy
+) -> None:
+    """The generator's greedy answer on three schemas, in one batch, run and matched: the
+    pruned one (pipeline EX), the gold columns' (generator ability) and the whole schema
+    (full-schema EX, the paper's Figure 1 (a): what a user would do without the retriever)."""
+    ability_prompts, full_prompts = [], []
+    for ex, row in zip(examples, rows):
+        schema, gold = schemas(ex), row["gold_columns"]
+        ability_prompts.append(prompts.generator(schema, gold or None, ex.question, ex.evidence))
+        full_prompts.append(prompts.generator(schema, None, ex.question, ex.evidence))
+    n = len(examples)
+    generated = engine.generate(pipeline_prompts + ability_prompts + full_prompts, n=1, **greedy)
+    sqls = [parse_sql(g[0].text) for g in generated]
+    checks = [(e.db_path, s or "", e.sql) for e, s in zip(examples * 3, sqls)]
+    verdicts = executor.match_many(checks, mode, keep_rows=True)
     for i, (ex, row) in enumerate(zip(examples, rows)):
-        pipe, able = verdicts[i], verdicts[len(examples) + i]
+        pipe, able, full = verdicts[i], verdicts[n + i], verdicts[2 * n + i]
+        pipe_sql, able_sql, full_sql = sqls[i], sqls[n + i], sqls[2 * n + i]
         row.update(
-            pred_sql=pipeline_sql[i],
+            pred_sql=pipe_sql,
             pipeline_match=pipe.match.match,
-            pipeline_reason=_reason(pipeline_sql[i], pipe),
-            pred_error=pipe.pred.error if pipeline_sql[i] else None,
+            pipeline_reason=_reason(pipe_sql, pipe),
+            pipeline_ran=_ran(pipe_sql, pipe),
+            pred_error=pipe.pred.error if pipe_sql else None,
             pred_timed_out=pipe.pred.timed_out,
-            pred_columns=_columns_of(pipeline_sql[i], schemas(ex)),
-            generator_sql=ability_sql[i],
+            pred_columns=_columns_of(pipe_sql, schemas(ex)),
+            generator_sql=able_sql,
             generator_match=able.match.match,
-            generator_reason=_reason(ability_sql[i], able),
+            generator_reason=_reason(able_sql, able),
+            full_sql=full_sql,
+            full_match=full.match.match,
+            full_reason=_reason(full_sql, full),
+            full_ran=_ran(full_sql, full),
+            full_agrees=_same_result(pipe_sql, pipe, full_sql, full, mode),
+            full_tokens=prompts.token_count(full_prompts[i]),
+            full_generator_tokens=len(generated[2 * n + i][0].token_ids),
             usable=pipe.match.usable,
             gold_empty=pipe.match.gold_empty,
-            generator_tokens=len(pipeline_out[i][0].token_ids),
+            generator_tokens=len(generated[i][0].token_ids),
         )
         _retrieval_scores(row)
-    if maj_k > 0:
-        sampling = dict(temperature=maj_temperature, max_new_tokens=max_new_tokens, seed=seed)
-        pools, samples = _candidates(
-            examples, rows, engine, pipeline_prompts, executor, mode, maj_k, sampling
+
+
+def _prm_select(examples, rows, pools, samples, prompts, schemas, process_scorer, mode) -> None:
+    """PRM best-of-k among each question's candidates (`acesql.prm.select`)."""
+    if process_scorer is None:
+        raise ConfigError("selection prm needs the process scorer (the prm model)")
+    for ex, row, (sqls, verdicts), outputs in zip(examples, rows, pools, samples):
+        schema = schemas(ex)
+        schema_text = prompts.schema_text(schema, row["retrieved_columns"])
+        rewards = process_scorer.rewards(
+            ex.question, schema_text, ex.evidence, ex.db_path, outputs, schema=schema
         )
-        if selection and selection.get("method") == "prm":
-            if process_scorer is None:
-                raise ConfigError("selection prm needs the process scorer (the prm model)")
-            for ex, row, (sqls, verdicts), outputs in zip(examples, rows, pools, samples):
-                schema = schemas(ex)
-                schema_text = prompts.schema_text(schema, row["retrieved_columns"])
-                rewards = process_scorer.rewards(
-                    ex.question, schema_text, ex.evidence, ex.db_path, outputs, schema=schema
-                )
-                row.update(prm_fields(sqls, verdicts, rewards, mode))
-        if selection and selection.get("method") == "r3":
-            contexts = [_judged_in(prompts, schemas, ex, row) for ex, row in zip(examples, rows)]
-            judge = judge or LetterJudge(engine.model, engine.tokenizer)
-            resamplers = [None] * len(examples)
-            if selection.get("resample"):
-                draw = Redraw(engine, prompts, schemas, executor, mode, sampling, unclosed_list)
-                source = selection.get("resample_from", "generator")
-                resamplers = [
-                    draw.for_question(ex, prompt, row["retrieved_columns"], source)
-                    for ex, prompt, row in zip(examples, pipeline_prompts, rows)
-                ]
-            for row, (sqls, verdicts), context, resample in zip(rows, pools, contexts, resamplers):
-                row.update(
-                    ranked_fields(
-                        context,
-                        sqls,
-                        verdicts,
-                        judge,
-                        mode,
-                        tau=selection.get("tau", 0.05),
-                        resample=resample,
-                        resample_candidates=selection.get("resample_candidates", 16),
-                        audit_threshold=selection.get("audit_threshold", 0.5),
-                        resample_pool=selection.get("resample_pool", "new"),
-                    )
-                )
+        row.update(prm_fields(sqls, verdicts, rewards, mode))
+
+
+def _r3_select(
+    examples, rows, pools, pipeline_prompts, prompts, schemas, judge, selection, redraw, mode
+) -> None:
+    """R3-SQL's groupwise ranking among each question's candidates, with resampling when
+    `redraw` is given (`acesql.eval.selection.ranked_fields`)."""
+    for ex, row, (sqls, verdicts), prompt in zip(examples, rows, pools, pipeline_prompts):
+        context = _judged_in(prompts, schemas, ex, row)
+        resample = None
+        if redraw is not None:
+            resample = redraw.for_question(
+                ex, prompt, row["retrieved_columns"], selection.resample_from
+            )
+        row.update(ranked_fields(context, sqls, verdicts, judge, mode, selection, resample))
+
+
+def _rescored(
+    examples,
+    stored,
+    engine,
+    prompts,
+    executor,
+    schemas,
+    mode,
+    maj_k,
+    selection,
+    judge,
+    process_scorer,
+) -> list[dict]:
+    """Rows scored again on an earlier run's stored candidates (`acesql.eval.rescore`)."""
+    from acesql.eval.rescore import rescore_examples
+
+    contexts = [_judged_in(prompts, schemas, ex, stored[ex.index]) for ex in examples]
+    if selection.method == "r3":
+        judge = judge or LetterJudge(engine.model, engine.tokenizer)
+    _, rows = rescore_examples(
+        examples,
+        stored,
+        executor,
+        judge,
+        contexts=contexts,
+        mode=mode,
+        maj_k=maj_k,
+        selection=selection,
+        process_scorer=process_scorer,
+        schemas=schemas,
+    )
     for row in rows:
-        row["category"] = failure_category(row)
-    rows += unusable
-    return summarize(rows), rows
+        _finish(row, selection)
+    return rows
+
+
+def _finish(row: dict, selection: SelectionSection) -> None:
+    """The product's answer under the answer policy, and the row's failure category."""
+    method = "r3rs" if selection.method == "r3" and selection.resample else selection.method
+    if row.get("maj_match") is None:
+        method = "greedy"
+    row.update(answer_fields(row, selection.answer, selection.full_schema_tokens, method))
+    row["category"] = failure_category(row)
 
 
 def _judged_in(prompts, schemas, ex: Example, row: dict) -> Context:
@@ -281,6 +381,20 @@ class Redraw:
 
 def _reason(sql, verdict) -> str:
     return "no_sql" if not sql else verdict.match.reason
+
+
+def _ran(sql, verdict) -> bool:
+    """Whether an answer ran to the end (rows or none) without an error or a timeout."""
+    return bool(sql) and verdict.pred.ok and not verdict.pred.truncated
+
+
+def _same_result(sql_a, verdict_a, sql_b, verdict_b, mode: str) -> bool | None:
+    """Whether two answers that both ran return the same result under `mode`; None when one
+    of them did not run."""
+    if not (_ran(sql_a, verdict_a) and _ran(sql_b, verdict_b)):
+        return None
+    groups = group_results([sql_a, sql_b], [verdict_a.pred, verdict_b.pred], mode)
+    return len(groups) == 1
 
 
 def _columns_of(sql: str | None, schema) -> list[str] | None:

@@ -14,7 +14,12 @@ Each score comes with the count it is a share of. Overall and per complexity lev
   with the prm selection `prm_ex` (PRM best-of-k), `prm_given_recall`, `prm_vote_ex` (the
   PRM-weighted vote) and `prm_auc_within` (AUC of R_proc, right against wrong candidates of
   one question);
-  `generator_ex`: the generator on the gold columns' schema;
+  `generator_ex`: the generator on the gold columns' schema; `full_schema_ex`: the generator
+  on the whole schema, one greedy call (the paper's Figure 1 (a)), with `full_agree_rate`
+  (questions where both answers ran and returned the same result, over those where both ran)
+  and `full_prompt_tokens` (mean tokens of the full-schema prompt); `answer_ex`: the
+  product's answer under the answer policy (`acesql.selection.answer`), with
+  `answer_full_share` (questions it answered from the full schema);
 - retriever: recall, precision, exact set match of the chosen columns against the gold SQL's,
   and `covers_gold` (every gold column chosen);
 - `first_table_share`: share of the chosen columns that belong to the table the schema shows
@@ -46,7 +51,9 @@ FAILURE_CATEGORIES = (
 # the scores a table shows, in order: (key, label); counts are plain numbers, the rest shares
 SCORE_LABELS = (
     ("usable", "questions"),
+    ("answer_ex", "answer EX (shipped)"),
     ("pipeline_ex", "pipeline EX"),
+    ("full_schema_ex", "full-schema EX"),
     ("maj_ex", "maj@k"),
     ("point_ex", "pointwise best-of-k"),
     ("r3_ex", "r3 ranking"),
@@ -70,6 +77,7 @@ CORRECT_OF |= {"point_ex": "point_correct", "r3_ex": "r3_correct", "r3rs_ex": "r
 CORRECT_OF["oracle_ex"] = "oracle_correct"
 CORRECT_OF |= {"prm_ex": "prm_correct", "prm_vote_ex": "prm_vote_correct"}
 CORRECT_OF["generator_ex"] = "generator_correct"
+CORRECT_OF |= {"full_schema_ex": "full_schema_correct", "answer_ex": "answer_correct"}
 
 # difficulty labels of the synthetic data, Spider and BIRD, easiest first; others sort after
 LEVEL_ORDER = (
@@ -184,9 +192,30 @@ def scores(rows: list[dict]) -> dict:
     if placed:  # rows written before these counts existed have none
         out["first_table_share"] = _share(placed, "retrieved_first_table", "retrieved_columns")
         out["gold_first_table_share"] = _share(placed, "gold_first_table", "gold_columns")
+    out |= _full_schema_scores(rows)
     if voted:
         out["maj_k"] = voted[0]["maj_k"]
         out |= _selection_scores(voted)
+    return out
+
+
+def _full_schema_scores(rows: list[dict]) -> dict:
+    """Full-schema EX and the shipped answer's, on the rows that have them (rows written
+    before they existed have neither)."""
+    out = {}
+    full = [r for r in rows if r.get("full_match") is not None]
+    if full:
+        out["full_schema_correct"] = sum(bool(r["full_match"]) for r in full)
+        out["full_schema_ex"] = _mean(full, "full_match")
+        both_ran = [r for r in full if r.get("full_agrees") is not None]
+        out["full_agree_rate"] = _mean(both_ran, "full_agrees")
+        out["full_prompt_tokens"] = _mean(full, "full_tokens", 1)
+    answered = [r for r in rows if r.get("answer_match") is not None]
+    if answered:
+        out["answer_correct"] = sum(bool(r["answer_match"]) for r in answered)
+        out["answer_ex"] = _mean(answered, "answer_match")
+        from_full = sum(r["answer_from"] == "full_schema" for r in answered)
+        out["answer_full_share"] = round(from_full / len(answered), 4)
     return out
 
 

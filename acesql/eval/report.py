@@ -2,9 +2,12 @@
 
     write_report("results/dev/report.html", summary, rows)
 
-What it shows: the headline scores with their counts; EX by complexity (pipeline, maj@k,
-generator ability); pipeline EX against retriever recall; output tokens per query; the
-failure categories with a few examples each, so a reader sees what went wrong.
+What it shows: the headline scores with their counts; the three schemas the generator can
+be shown (the whole one, the retriever's pruned one, the gold columns') and the shipped
+answer, each paired against the whole schema (the paper's Figure 1 (a)); EX by complexity
+(pipeline, full schema, maj@k, generator ability); pipeline EX against retriever recall;
+output tokens per query; the failure categories with a few examples each, so a reader sees
+what went wrong.
 """
 
 from __future__ import annotations
@@ -20,9 +23,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from acesql.eval.metrics import CORRECT_OF, COUNTS, FAILURE_CATEGORIES, SCORE_LABELS  # noqa: E402
+from acesql.paired import paired_difference  # noqa: E402
 
 EXAMPLES_PER_CATEGORY = 3
 COLORS = {"pipeline": "#3b6fb6", "maj": "#8a5cc2", "r3": "#2f9e7a", "generator": "#e08a2c"}
+COLORS["full"] = "#9a9a9a"
+# the answers of one question on each schema, against the whole schema's (Figure 1 (a))
+SCHEMA_ROWS = (
+    ("full_match", "full schema, one call"),
+    ("pipeline_match", "pipeline (retriever's columns)"),
+    ("generator_match", "gold columns (generator ability)"),
+    ("answer_match", "shipped answer"),
+)
 FAILURE_HELP = {
     "no_sql": "The generator's answer holds no SQL block.",
     "syntax_error": "SQLite could not parse the SQL.",
@@ -41,6 +53,7 @@ def write_report(path: str | Path, summary: dict, rows: list[dict]) -> None:
     sections = [
         _header(summary),
         _cards(summary),
+        _schemas_table(usable),
         "<h2>Execution accuracy by complexity</h2>",
         _image(ex_by_complexity_figure(summary)),
         _complexity_table(summary),
@@ -71,6 +84,8 @@ def ex_by_complexity_figure(summary: dict):
     and overall."""
     groups = _groups(summary)
     series = [("pipeline", "pipeline_ex", "pipeline_correct", "pipeline EX")]
+    if "full_schema_ex" in summary:
+        series.append(("full", "full_schema_ex", "full_schema_correct", "full schema"))
     if "maj_ex" in summary:
         series.append(("maj", "maj_ex", "maj_correct", f"maj@{summary['maj_k']}"))
     if "r3_ex" in summary:
@@ -170,6 +185,23 @@ def _cards(summary: dict) -> str:
     cards = [
         ("pipeline EX", _pct(summary.get("pipeline_ex")), f"{summary.get('pipeline_correct')}/{n}")
     ]
+    if "full_schema_ex" in summary:
+        cards.append(
+            (
+                "full-schema EX",
+                _pct(summary["full_schema_ex"]),
+                f"{summary['full_schema_correct']}/{n}; one call, every column",
+            )
+        )
+    if "answer_ex" in summary:
+        cards.insert(
+            0,
+            (
+                "answer EX (shipped)",
+                _pct(summary["answer_ex"]),
+                f"{summary['answer_correct']}/{n}; policy {summary.get('answer', 'pipeline')}",
+            ),
+        )
     if "maj_ex" in summary:
         cards.append(
             (f"maj@{summary['maj_k']} EX", _pct(summary["maj_ex"]), f"{summary['maj_correct']}/{n}")
@@ -205,6 +237,47 @@ def _cards(summary: dict) -> str:
             for label, value, sub in cards
         )
         + "</div>"
+    )
+
+
+def _schemas_table(rows: list[dict]) -> str:
+    """The paper's Figure 1 (a) on this evaluation: EX on each schema and the shipped answer,
+    each paired against the whole schema on the same questions."""
+    rows = [r for r in rows if r.get("full_match") is not None]
+    if not rows:
+        return ""
+    base = [bool(r["full_match"]) for r in rows]
+    body = ""
+    for field, label in SCHEMA_ROWS:
+        got = [bool(r.get(field)) for r in rows]
+        paired = paired_difference(base, got)
+        cells = [f"{_pct(paired.mean_b)} <span class='n'>({sum(got)})</span>"]
+        if field == "full_match":
+            cells += ["", "", ""]
+        else:
+            cells += [
+                f"{100 * paired.diff:+.1f}",
+                f"[{100 * paired.low:+.1f}, {100 * paired.high:+.1f}]",
+                f"{paired.only_a} / {paired.only_b}, p {paired.p_value:.2g}",
+            ]
+        body += f"<tr><th>{html.escape(label)}</th>" + "".join(f"<td>{c}</td>" for c in cells)
+        body += "</tr>"
+    policy = next((r["answer_from"] for r in rows if r.get("answer_from")), None)
+    shipped = sum(r.get("answer_from") == "full_schema" for r in rows)
+    note = (
+        f"<p>{len(rows)} questions. The shipped answer came from the full schema on {shipped} "
+        "of them.</p>"
+        if policy
+        else f"<p>{len(rows)} questions.</p>"
+    )
+    return (
+        "<h2>Which schema the generator sees</h2>"
+        "<p>The same generator prompt with every column, with the retriever's columns and "
+        "with the gold SQL's columns; differences in points against the full schema, paired "
+        "on the same questions (95% bootstrap interval; questions only the full schema / "
+        "only the other gets right, exact McNemar p).</p>"
+        "<table><tr><th>generator shown</th><th>EX</th><th>- full schema</th>"
+        f"<th>95% interval</th><th>one side alone</th></tr>{body}</table>{note}"
     )
 
 

@@ -3,8 +3,8 @@ more candidates, with nothing generated.
 
     stored = stored_candidates("results/r3-dev")   # {question index: row} (acesql.eval.session)
     summary, rows = rescore_examples(examples, stored, executor, judge, maj_k=16,
-                                     selection={"method": "r3"}, contexts=contexts)
-    # or selection={"method": "prm"}, process_scorer=scorer, schemas=SchemaCache(0)
+                                     selection=SelectionSection(method="r3"), contexts=contexts)
+    # or SelectionSection(method="prm"), process_scorer=scorer, schemas=SchemaCache(0)
 
 `acesql eval --selection r3` keeps each question's candidates in its rows (`r3_pool`, and
 with resampling the drawn ones, `r3rs_drawn`). Rescoring reads them back: the greedy
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import sys
 
+from acesql.config import SelectionSection
 from acesql.data.loaders import Example
 from acesql.errors import ConfigError, DataError
 from acesql.eval.metrics import failure_category, summarize
@@ -44,7 +45,7 @@ from acesql.models.engine import Completion
 from acesql.ranking.judge import Context
 
 # written again for every rescored row, beside the selections' own fields
-RESCORED_FIELDS = {"category", "rescore_changed"}
+RESCORED_FIELDS = {"category", "rescore_changed", "answer_from", "answer_sql", "answer_match"}
 
 
 def matching_examples(examples: list[Example], stored: dict[int, dict], folder: str):
@@ -79,20 +80,20 @@ def rescore_examples(
     contexts: list[Context],
     mode: str = "multiset",
     maj_k: int = 8,
-    selection: dict | None = None,
+    selection: SelectionSection | None = None,
     process_scorer=None,
     schemas=None,
 ) -> tuple[dict, list[dict]]:
     """Score `examples` on their stored candidates (see the module doc); (summary, rows).
     `contexts[i]` is what the judge reads for `examples[i]`: its question and pruned schema;
     `judge` ranks (r3), `process_scorer` with `schemas` (`SchemaCache`) scores (prm)."""
-    selection = selection or {"method": "maj"}
-    if selection.get("method") == "prm" and getattr(process_scorer, "view", None) != "direct":
+    selection = selection or SelectionSection(method="maj")
+    if selection.method == "prm" and getattr(process_scorer, "view", None) != "direct":
         raise ConfigError(
             "PRM best-of-n on stored candidates needs a score model of the direct view "
             "(prm_data.sql_format: direct): the rows keep SQL, not chains with their tokens"
         )
-    resample = bool(selection.get("resample")) and selection.get("method") == "r3"
+    resample = selection.resample and selection.method == "r3"
     pools, rows = [], []
     for ex in examples:
         row = stored[ex.index]
@@ -116,7 +117,7 @@ def rescore_examples(
         row.update(vote_fields(pool, mine, mode))
         if len(pool) == len(kept["r3_pool"]) and "maj_tokens" in kept:
             row["maj_tokens"] = kept["maj_tokens"]  # the same samples' length
-        if selection.get("method") == "prm":
+        if selection.method == "prm":
             rewards = process_scorer.rewards(
                 ex.question,
                 context.schema,
@@ -126,22 +127,10 @@ def rescore_examples(
                 schema=schemas(ex),
             )
             row.update(prm_fields(pool, mine, rewards, mode))
-        if selection.get("method") == "r3":
+        if selection.method == "r3":
             replay = _replay(ex, drawn, kept.get("r3rs_drawn_schema"), executor, mode)
-            row.update(
-                ranked_fields(
-                    context,
-                    pool,
-                    mine,
-                    judge,
-                    mode,
-                    tau=selection.get("tau", 0.05),
-                    resample=replay if resample else None,
-                    resample_candidates=selection.get("resample_candidates", 16),
-                    audit_threshold=selection.get("audit_threshold", 0.5),
-                    resample_pool=selection.get("resample_pool", "new"),
-                )
-            )
+            resampler = replay if resample else None
+            row.update(ranked_fields(context, pool, mine, judge, mode, selection, resampler))
         row["category"] = failure_category(row)
     return summarize(rows), rows
 

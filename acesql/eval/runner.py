@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from acesql.config import SelectionSection
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache
 from acesql.errors import DataError
@@ -183,6 +184,7 @@ def _described(summary: dict, model, dataset, split, settings: dict, start: floa
         "retriever_samples": settings.get("retriever_samples", 1),
         "vote_threshold": settings.get("vote_threshold", 0.5),
         "unclosed_list": settings.get("unclosed_list", "reject"),
+        "answer": (settings.get("selection") or {}).get("answer", "pipeline"),
         **{k: settings[k] for k in ("candidates_from",) if k in settings},
         **summary,
         "seconds": round(time.monotonic() - start, 1),
@@ -190,8 +192,12 @@ def _described(summary: dict, model, dataset, split, settings: dict, start: floa
 
 
 def _options(settings: dict) -> dict:
-    """The settings that are `evaluate_examples`' keyword arguments."""
-    return {k: v for k, v in settings.items() if k in _EVAL_ARGS}
+    """The settings that are `evaluate_examples`' keyword arguments, the `selection` section
+    typed again."""
+    options = {k: v for k, v in settings.items() if k in _EVAL_ARGS}
+    if options.get("selection") is not None:
+        options["selection"] = SelectionSection.model_validate(options["selection"])
+    return options
 
 
 _EVAL_ARGS = {

@@ -1,7 +1,7 @@
 """Choosing among one question's generator candidates, scored against the gold answer.
 
     fields = vote_fields(sqls, verdicts, mode)                  # maj@n and candidate recall
-    fields |= ranked_fields(context, sqls, verdicts, judge, mode, tau=0.05)   # r3
+    fields |= ranked_fields(context, sqls, verdicts, judge, mode, section)    # r3
     fields |= prm_fields(sqls, verdicts, rewards, mode)                     # PRM best-of-n
 
 Every candidate has already been executed and matched (`BatchExecutor.match_many`), so each
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from acesql.config import SelectionSection
 from acesql.eval.majority import group_results, majority_vote
 from acesql.prm.select import best_of_n, weighted_vote
 from acesql.ranking.judge import Context
@@ -97,16 +98,15 @@ def ranked_fields(
     verdicts: list,
     judge,
     mode: str,
-    *,
-    tau: float = 0.05,
+    settings: SelectionSection | None = None,
     resample: Resample | None = None,
-    resample_candidates: int = 16,
-    audit_threshold: float = 0.5,
-    resample_pool: str = "new",
 ) -> dict:
     """Pointwise best-of-n, groupwise ranking and, with `resample`, ranking after agentic
     resampling, each scored by its candidate's verdict (see the module doc). `judge` is a
-    `LetterJudge`; its cache makes the resampling pass reuse the first pass's judgments."""
+    `LetterJudge`; its cache makes the resampling pass reuse the first pass's judgments.
+    `settings` (the `selection` section) gives tau and the resampling's sizes and pool."""
+    settings = settings or SelectionSection(method="r3")
+    tau = settings.tau
     results = [v.pred for v in verdicts]
     choice = select_groupwise(context, sqls, results, judge, mode, tau)
     points = {i: p for g in choice.ranked for i, p in g.pointwise.items()}
@@ -148,11 +148,11 @@ def ranked_fields(
         results,
         judge,
         draw,
-        resample_candidates,
-        audit_threshold,
+        settings.resample_candidates,
+        settings.audit_threshold,
         mode,
         tau,
-        resample_pool,
+        settings.resample_pool,
     )
     every = [*verdicts, *drawn_verdicts]
     fields.update(

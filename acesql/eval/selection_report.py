@@ -7,7 +7,7 @@ An evaluation with candidates (`--selection maj | r3 | prm`) scores, per questio
 ways of choosing among the same n samples (`acesql.eval.selection`). Because they share the
 candidates, their differences are paired by construction: this table puts each beside maj@n
 (the ACE-SQL paper's test-time scaling) with the 95% bootstrap interval of the difference,
-the discordant counts and the exact McNemar p-value (`acesql.eval.paired`), and each one's
+the discordant counts and the exact McNemar p-value (`acesql.paired`), and each one's
 accuracy on the questions whose pool holds a correct candidate (`given recall`: what the
 selection itself is worth, apart from what the sampling found). Questions without candidates
 (unusable ones) are left out. A selection that some rows lack (a resumed run whose first rows
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from acesql.eval.paired import paired_difference
+from acesql.paired import paired_difference
 
 BASELINE = ("maj_match", "maj@n")
 LABEL = 30  # width of the first column

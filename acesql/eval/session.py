@@ -44,25 +44,16 @@ def settings(
     candidates_from: str | Path | None = None,
 ) -> dict:
     """`evaluate_examples`' options plus what else changes the rows (engine, prompts, the
-    stored candidates rescored).
-
-    Keys only a non-default choice needs are left out when unused, so result folders of
-    earlier versions keep their fingerprint and resume."""
+    stored candidates rescored). The `selection` section travels whole, as the code runs it
+    (its score model by content); keys only a non-default choice needs are left out when
+    unused."""
     selection = selection or SelectionSection()
     named = {"sql_format": sql_format} if sql_format != "direct" else {}
     if cfg.unclosed_list != "reject":
         named["unclosed_list"] = cfg.unclosed_list
-    if selection.method == "r3":
-        named["selection"] = selection.model_dump(
-            include={"method", "tau", "resample", "resample_candidates", "audit_threshold"}
-        )
-        # folders written before these switches existed drew from the generator and kept both
-        if selection.resample and selection.resample_from != "generator":
-            named["selection"]["resample_from"] = selection.resample_from
-        if selection.resample and selection.resample_pool != "both":
-            named["selection"]["resample_pool"] = selection.resample_pool
-    elif selection.method == "prm":
-        named["selection"] = {"method": "prm", "prm_model": model_digest(selection.prm_model)}
+    named["selection"] = selection.model_dump(mode="json")
+    if selection.method == "prm":
+        named["selection"]["prm_model"] = model_digest(selection.prm_model)
     if candidates_from is not None:
         named["candidates_from"] = str(Path(candidates_from).resolve())
     return {

@@ -73,7 +73,11 @@ class PromptBuilder:
 
     def fits(self, prompt: str, max_tokens: int) -> bool:
         """Whether the chat-formatted `prompt` is at most `max_tokens` tokens long."""
-        return len(self.tokenizer(prompt, add_special_tokens=False).input_ids) <= max_tokens
+        return self.token_count(prompt) <= max_tokens
+
+    def token_count(self, prompt: str) -> int:
+        """Tokens of the chat-formatted `prompt`."""
+        return len(self.tokenizer(prompt, add_special_tokens=False).input_ids)
 
     def schema_text(self, schema: Schema, columns: Iterable[str] | None) -> str:
         """The schema as a role's prompt shows it (`columns`: the pruned set; None: all)."""

@@ -11,8 +11,10 @@ read-only sandbox, then the `selection` params section's method: `greedy` (candi
 `maj` (the largest group of equal results), `r3` (groupwise ranking,
 `acesql.ranking.select`; with `resample`, agentic resampling first, drawing from
 `resample_from`, `acesql.ranking.resample`) or `prm` (the
-Chain-of-CTE candidate with the highest process reward, `acesql.prm.select`). The user's
-file is only ever opened read-only.
+Chain-of-CTE candidate with the highest process reward, `acesql.prm.select`). Unless
+`selection.answer` is `pipeline`, the generator also answers once on the whole schema and
+the policy ships one of the two (`acesql.selection.answer`). The user's file is only ever
+opened read-only.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from acesql.prm.select import best_of_n
 from acesql.ranking.judge import Context, LetterJudge
 from acesql.ranking.resample import sample_pipeline_prompts
 from acesql.ranking.select import Drawn, select_groupwise, select_with_resampling
+from acesql.selection.answer import Sides, answer_side
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.parsing import parse_columns, parse_sql
 from acesql.sql.sandbox import ExecResult, execute
@@ -43,6 +46,9 @@ class Answer:
     results: list[ExecResult] = field(default_factory=list)
     groups: list[dict] = field(default_factory=list)  # for --explain
     resampled: bool = False  # r3 with resampling: the auditor fired and more were drawn
+    answer_from: str = "pipeline"  # whose answer `sql` is (selection.answer)
+    full_sql: str | None = None  # the full schema's answer, when the policy asked for it
+    full_result: ExecResult | None = None
 
 
 def open_schema(db_path: str | Path, sample_values: int = 0) -> Schema:
@@ -189,7 +195,37 @@ def ask(
         ]
     if index is not None:
         answer.sql, answer.result = sqls[index], results[index]
+    if selection.answer != "pipeline":
+        _answer_policy(
+            answer, engine, prompts, schema, db_path, question, selection, max_new_tokens, timeout_s
+        )
     return answer
+
+
+def _answer_policy(
+    answer: Answer,
+    engine,
+    prompts,
+    schema,
+    db_path,
+    question,
+    selection,
+    max_new_tokens: int,
+    timeout_s: float,
+) -> None:
+    """The generator's greedy answer on the whole schema, and which of the two answers the
+    `selection.answer` policy ships (`acesql.selection.answer`); `answer` is updated."""
+    prompt = prompts.generator(schema, None, question)
+    (out,) = engine.generate([prompt], n=1, temperature=0.0, max_new_tokens=max_new_tokens)
+    full_sql = parse_sql(out[0].text) or ""
+    full_result = _run(db_path, full_sql, timeout_s)
+    pipeline_ran = answer.result is not None and answer.result.ok
+    full_ran = full_result.ok and bool(full_sql)
+    sides = Sides(pipeline_ran, full_ran, prompts.token_count(prompt))
+    answer.full_sql, answer.full_result = full_sql or None, full_result
+    answer.answer_from = answer_side(selection.answer, sides, selection.full_schema_tokens)
+    if answer.answer_from == "full_schema":
+        answer.sql, answer.result = full_sql or None, full_result
 
 
 def _run(db_path, sql: str, timeout_s: float) -> ExecResult:

@@ -392,6 +392,7 @@ class GrpoTrainer:
         ex = summary["pipeline_ex"]
         record["val/pipeline_ex"] = ex
         record["val/generator_ex"] = summary["generator_ex"]
+        record["val/full_schema_ex"] = summary["full_schema_ex"]
         record["val/retriever_recall"] = summary["retriever_recall"]
         if self.state.best_eval is None or ex > self.state.best_eval:
             self.state.best_eval, self.state.best_step = ex, self.state.step

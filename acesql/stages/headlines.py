@@ -63,7 +63,9 @@ HEADLINES = {
     ),
     "evaluate": (
         "n",
+        "answer_ex",
         "pipeline_ex",
+        "full_schema_ex",
         "maj_ex",
         "r3_ex",
         "oracle_ex",
