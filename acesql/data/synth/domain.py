@@ -9,6 +9,7 @@ writes questions in the concepts' words.
 File format (see `domains/hospital.yaml` for a full example):
 
     name: hospital
+    held_out: false                        # true: never drawn for train or dev (test sets only)
     entities:
       - key: patient                       # concept id, unique in the domain
         phrases: [patient, inpatient]      # singular words for one row
@@ -110,6 +111,7 @@ class Entity:
 class Domain:
     name: str
     entities: tuple[Entity, ...]
+    held_out: bool = False  # only test sets see it: no train or dev database is drawn from it
 
     def entity(self, key: str) -> Entity:
         for e in self.entities:
@@ -176,7 +178,10 @@ def parse_domain(raw: dict, source: str = "<dict>") -> Domain:
             entities.append(entity)
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"{source}: malformed domain ({exc!r})") from exc
-    domain = Domain(name, tuple(entities))
+    held_out = raw.get("held_out", False)
+    if not isinstance(held_out, bool):
+        raise ConfigError(f"{source}: held_out must be true or false, got {held_out!r}")
+    domain = Domain(name, tuple(entities), held_out)
     _check(domain, source)
     return domain
 

@@ -6,6 +6,8 @@ Writes a Spider-like folder: `databases/<db_id>/<db_id>.sqlite`, `tables.json`,
 `train.json`, `dev.json` and `test_ood.json`. Splits are by database: dev databases are new
 databases of the train domains; test_ood databases come from domains held out of train
 *and* are phrased with templates held out of train, to measure generalisation beyond both.
+Domains marked `held_out` in their file are never drawn for train or dev. An evaluation set
+(`with_train=False`) has no train databases: what is not dev is test_ood.
 
 Every gold query is executed on its database before it is kept: it must run, return rows,
 and not be trivially constant (all NULL, a zero count). Same seed, same bytes.
@@ -42,12 +44,14 @@ class SynthConfig:
     n_databases: int = 50
     questions_per_db: int = 40
     seed: int = 0
-    profile: str = "default"  # "tiny" | "default" | "large"
+    profile: str = "default"  # "tiny" | "default" | "large" | "wide"
     ood_domains: tuple[str, ...] = ("hotel", "agriculture", "energy_utility")
     dev_fraction: float = 0.1
-    ood_fraction: float = 0.1
+    ood_fraction: float = 0.1  # with_train=False: unused, test_ood takes what dev leaves
     workers: int = 1  # processes building databases in parallel
     domains_dir: str | None = None  # a folder of domain YAML files instead of the built-in ones
+    with_train: bool = True  # False: an evaluation set, dev and test_ood databases only
+    db_prefix: str = ""  # before every db_id, so that two generated sets never share one
 
 
 @dataclass
@@ -78,18 +82,11 @@ def plan_databases(config: SynthConfig) -> list[_Plan]:
     unknown = sorted(set(config.ood_domains) - set(domains))
     if unknown:
         raise ConfigError(f"ood_domains {unknown} are not domains; known: {sorted(domains)}")
-    seen = sorted(set(domains) - set(config.ood_domains))
+    seen = sorted(d for d in set(domains) - set(config.ood_domains) if not domains[d].held_out)
     ood = sorted(config.ood_domains)
     if not seen:
         raise ConfigError("every domain is held out as ood_domains: keep some for train")
-    n = config.n_databases
-    n_ood = max(1, round(n * config.ood_fraction)) if ood and config.ood_fraction > 0 else 0
-    n_dev = max(1, round(n * config.dev_fraction)) if config.dev_fraction > 0 else 0
-    n_train = n - n_ood - n_dev
-    if n_train < 1:
-        raise ConfigError(
-            f"n_databases={n} leaves no train database after {n_dev} dev and {n_ood} test_ood"
-        )
+    n_train, n_dev, n_ood = _split_sizes(config, bool(ood))
     rng = random.Random(f"plan:{config.seed}")
     plans = []
     for split, count, pool in (("train", n_train, seen), ("dev", n_dev, seen), ("test_ood", n_ood, ood)):
@@ -97,9 +94,35 @@ def plan_databases(config: SynthConfig) -> list[_Plan]:
         rng.shuffle(order)
         for i in range(count):
             domain = order[i % len(order)]
-            db_id = f"{domain}_{len(plans):04d}"
+            db_id = f"{config.db_prefix}{domain}_{len(plans):04d}"
             plans.append(_Plan(db_id, domain, split, f"{config.seed}:{db_id}"))
     return plans
+
+
+def _split_sizes(config: SynthConfig, has_ood: bool) -> tuple[int, int, int]:
+    """Databases of train, dev and test_ood.
+
+    >>> _split_sizes(SynthConfig(n_databases=50), True)
+    (40, 5, 5)
+    >>> _split_sizes(SynthConfig(n_databases=32, dev_fraction=0.25, with_train=False), True)
+    (0, 8, 24)
+    """
+    n = config.n_databases
+    n_dev = max(1, round(n * config.dev_fraction)) if config.dev_fraction > 0 else 0
+    if not config.with_train:
+        if n - n_dev < 1 or not has_ood:
+            raise ConfigError(
+                f"n_databases={n} with ood_domains {list(config.ood_domains)} leaves no "
+                f"test_ood database after {n_dev} dev: add databases or held-out domains"
+            )
+        return 0, n_dev, n - n_dev
+    n_ood = max(1, round(n * config.ood_fraction)) if has_ood and config.ood_fraction > 0 else 0
+    n_train = n - n_ood - n_dev
+    if n_train < 1:
+        raise ConfigError(
+            f"n_databases={n} leaves no train database after {n_dev} dev and {n_ood} test_ood"
+        )
+    return n_train, n_dev, n_ood
 
 
 def generate_dataset(out: Path, config: SynthConfig, progress: bool = False) -> dict:
