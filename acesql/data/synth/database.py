@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from acesql.data.synth.domain import Attr, Domain, Entity
@@ -31,13 +31,23 @@ class Profile:
     distractors: tuple[int, int]  # distractor columns per table
     naming_noise: float  # share of names that stray from the database's style
     archive_rate: float  # chance of a stale archive copy of one table
+    # BIRD's widest tables repeat a measure per year or slot (`Enrollment (K-12)` ..., 115
+    # columns in european_football_2's Match): the chance that a table keeps such yearly
+    # figures, and how many years they span (0: never, and no random draw spent on it)
+    yearly_rate: float = 0.0
+    years: tuple[int, int] = (0, 0)
 
 
 PROFILES = {
     "tiny": Profile((3, 5), (4, 8), 0.15, (0, 1), 0.2, 0.0),
     "default": Profile((6, 12), (5, 15), 0.5, (1, 3), 0.35, 0.5),
     "large": Profile((6, 12), (5, 15), 1.0, (1, 4), 0.35, 0.5),
+    # BIRD dev's shape: 3-13 tables (median 7), 11-199 columns (median 64) a database
+    "wide": Profile((4, 12), (4, 12), 0.3, (0, 3), 0.45, 0.6, yearly_rate=0.4, years=(4, 16)),
 }
+# attribute kinds a yearly series repeats (a year of a year, or a name per year, means nothing)
+YEARLY_KINDS = ("int", "float", "money", "rating")
+LAST_YEARS = (2021, 2024)  # the range the last year of a series is drawn from
 
 # generic columns real tables carry and questions never need: the near-synonyms of the
 # domain's own dates and statuses are what makes them hard to tell apart
@@ -183,9 +193,11 @@ def build_database(
     entities = _choose_entities(domain, rng, profile)
     namer = Namer(rng, profile.naming_noise)
     names = {e.key: namer.table(e.tables) for e in entities}
+    referenced = {p.entity for e in domain.entities for p in e.parents}
     tables = []
     for entity in _parents_first(entities):
-        tables.append(_make_table(entity, names, rng, profile, namer))
+        yearly = entity.key in referenced
+        tables.append(_make_table(entity, names, rng, profile, namer, yearly))
     by_name = {t.name: t for t in tables}
     for table in tables:
         _fill(table, by_name, rng, profile)
@@ -255,7 +267,11 @@ def _parents_first(entities: list[Entity]) -> list[Entity]:
     return done
 
 
-def _make_table(entity: Entity, names: dict, rng, profile: Profile, namer: Namer) -> SynthTable:
+def _make_table(
+    entity: Entity, names: dict, rng, profile: Profile, namer: Namer, yearly: bool
+) -> SynthTable:
+    """One entity's table; `yearly`: it may keep yearly figures (an entity others refer to: a
+    hotel has a revenue per year, one booking has not)."""
     table_name = names[entity.key]
     used: set[str] = set()
     pk_name = namer.primary_key(entity.key)
@@ -298,7 +314,39 @@ def _make_table(entity: Entity, names: dict, rng, profile: Profile, namer: Namer
             rng.randint(0, len(body)),
             SynthColumn(name, "distractor", attr, sql_type=_sql_type(attr, rng)),
         )
+    if yearly and profile.yearly_rate and rng.random() < profile.yearly_rate:
+        body = _with_yearly_figures(body, rng, profile.years, used)
     return SynthTable(table_name, entity, columns + body)
+
+
+def _with_yearly_figures(body: list[SynthColumn], rng, years, used: set[str]) -> list[SynthColumn]:
+    """`body` with, after each plainly named numeric attribute, one column per year of a span:
+    `points` is followed by `points_2020` ... `points_2023`, said "loyalty points in 2021".
+
+    The copies are attributes of their own (questions may ask for one year), with names only
+    a year apart: what makes BIRD's wide tables hard to link.
+    """
+    last = rng.randint(*LAST_YEARS)
+    span = range(last - rng.randint(*years) + 1, last + 1)
+    out = []
+    for col in body:
+        out.append(col)
+        if col.role != "attr" or col.cryptic or col.attr.kind not in YEARLY_KINDS:
+            continue
+        glue = "" if any(ch.isupper() for ch in col.name) else "_"  # PointsBal2021, pts_2021
+        for year in span:
+            name = f"{col.name}{glue}{year}"
+            if name.lower() in used:
+                continue
+            used.add(name.lower())
+            attr = replace(
+                col.attr,
+                key=f"{col.attr.key}_{year}",
+                phrases=tuple(f"{phrase} in {year}" for phrase in col.attr.phrases),
+                names=(name,),
+            )
+            out.append(SynthColumn(name, "attr", attr, sql_type=col.sql_type))
+    return out
 
 
 def _sql_type(attr: Attr, rng) -> str:
@@ -337,8 +385,6 @@ def _fill(table: SynthTable, by_name: dict, rng: random.Random, profile: Profile
 
 
 def _not_null(attr: Attr) -> Attr:
-    from dataclasses import replace
-
     return replace(attr, null_rate=0.0)
 
 
