@@ -16,11 +16,13 @@ PARAMS = ROOT / "params.yaml"
 
 
 def _models(model: type[BaseModel], prefix=""):
-    """Every section class reachable from `model`, with its dotted name."""
+    """Every section class reachable from `model` (`Section | None` fields too), with its
+    dotted name."""
     for name, field in model.model_fields.items():
-        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            yield f"{prefix}{name}", field.annotation
-            yield from _models(field.annotation, f"{prefix}{name}.")
+        for annotation in get_args(field.annotation) or (field.annotation,):
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                yield f"{prefix}{name}", annotation
+                yield from _models(annotation, f"{prefix}{name}.")
 
 
 @pytest.mark.parametrize("name", list(Params.model_fields))

@@ -25,6 +25,7 @@ from acesql.config.data import (
     RlDataSection,
     SftDataSection,
     SynthSection,
+    WideSection,
 )
 from acesql.config.evaluation import EvaluateSection, SelectionSection
 from acesql.config.params import Params, load_params, load_section
@@ -55,6 +56,7 @@ __all__ = [
     "SftDataSection",
     "SftSection",
     "SynthSection",
+    "WideSection",
     "load_params",
     "load_section",
 ]

@@ -1,6 +1,6 @@
-"""Sections of the data stages: `data` (source, splits, synthetic generator, filtering),
-`sft_data`, `rl_data` and `debug_data`. Labels and split names are checked against what the
-chosen source gives (`acesql.data.loaders`)."""
+"""Sections of the data stages: `data` (source, splits, synthetic generator, the wide held-out
+set, filtering), `sft_data`, `rl_data` and `debug_data`. Labels and split names are checked
+against what the chosen source gives (`acesql.data.loaders`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pydantic_core import PydanticCustomError
 from acesql.config.section import MatchMode, Section
 from acesql.config.shared import GenerationSection
 from acesql.data.loaders import COMPLEXITIES, SPLITS
+from acesql.data.synth.domain import load_domains
 
 
 class SplitsSection(Section):
@@ -56,6 +57,44 @@ class SynthSection(Section):
         return self
 
 
+class WideSection(Section):
+    """A held-out set on BIRD-scale schemas, generated beside the synthetic training data.
+
+    Its databases are wide (BIRD dev's shape: a median of 7+ tables and 60+ columns, some near
+    200, naming noise, evidence hints) and its test domains are kept out of every training
+    split, so it measures what the small training schemas cannot: schema linking at scale.
+    """
+
+    profile: Literal["tiny", "default", "large", "wide"] = Field(
+        "wide", description="Size of the databases: wide for BIRD's shape, tiny for tests."
+    )
+    n_databases: int = Field(
+        32, ge=2, description="Databases in all: dev ones of the training domains, the rest test."
+    )
+    questions_per_db: int = Field(10, ge=1, description="Questions asked of each database.")
+    ood_domains: tuple[str, ...] = Field(
+        ("hotel", "agriculture", "energy_utility", "insurance", "museum", "telecom"),
+        min_length=1,
+        description="Domains of the test databases; with the synthetic source each must be kept "
+        "out of training too: in data.synth.ood_domains, or marked held_out in its domain file.",
+    )
+    dev_fraction: float = Field(
+        0.25,
+        ge=0,
+        lt=1,
+        description="Share of the databases drawn from the training domains and prepared as "
+        "dev_wide.jsonl (to choose policies on); the rest become test_wide.jsonl.",
+    )
+    seed: int = Field(
+        1,
+        description="Seed of the wide set's draws: its own, so that another base.seed (the "
+        "training data's) leaves the held-out set as it was.",
+    )
+    workers: int = Field(
+        1, ge=1, description="Processes building databases (the same bytes for any number)."
+    )
+
+
 class FilteringSection(Section):
     """Source filtering of the train split (`acesql.data.filtering`)."""
 
@@ -86,6 +125,11 @@ class DataSection(Section):
     )
     splits: SplitsSection = Field(default_factory=SplitsSection, validate_default=True)
     synth: SynthSection = Field(default_factory=SynthSection)
+    wide: WideSection | None = Field(
+        None,
+        description="The wide held-out set (data/wide, prepared as dev_wide and test_wide); "
+        "null: none.",
+    )
     filtering: FilteringSection = Field(default_factory=FilteringSection)
 
     @field_validator("path")
@@ -97,6 +141,28 @@ class DataSection(Section):
         if source not in (None, "synth") and not path.is_dir():
             raise ValueError(f"no such folder (the {source} dataset)")
         return path
+
+    @field_validator("wide")
+    @classmethod
+    def _wide_tests_unseen(cls, wide: WideSection | None, info: ValidationInfo):
+        """A test domain that data.synth trains on would make test_wide no held-out set."""
+        synth = info.data.get("synth")
+        if wide is None or info.data.get("source") != "synth" or synth is None:
+            return wide
+        domains = load_domains()
+        unknown = sorted(set(wide.ood_domains) - set(domains))
+        if unknown:
+            raise ValueError(f"ood_domains {unknown} are not domains; known: {sorted(domains)}")
+        trained = [
+            d for d in wide.ood_domains if d not in synth.ood_domains and not domains[d].held_out
+        ]
+        if trained:
+            raise ValueError(
+                f"ood_domains {trained} are training domains of data.synth: add them to "
+                "data.synth.ood_domains or choose held-out ones "
+                f"({sorted(d for d in domains if domains[d].held_out)})"
+            )
+        return wide
 
     @field_validator("filtering")
     @classmethod

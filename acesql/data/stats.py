@@ -1,4 +1,5 @@
-"""Counts and a picture of a prepared dataset: its splits by complexity and by domain or database.
+"""Counts and a picture of a prepared dataset: its splits by complexity and by domain or database,
+and the shape of its schemas (tables and columns per database).
 
 The counts go to `metrics.json` (and MLflow); the figure shows, in two panels, how complexity
 labels and domains (synthetic data) or databases (real data) spread over the splits.
@@ -6,6 +7,8 @@ labels and domains (synthetic data) or databases (real data) spread over the spl
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -15,6 +18,7 @@ from acesql.data.loaders import Example
 COMPLEXITY_ORDER = ("simple", "moderate", "complex", "highly complex", "challenging")
 UNLABELED = "unlabeled"
 MAX_BARS = 25  # most databases (or domains) shown in the second panel, largest first
+COLUMN_BAND = 40  # width of the bands that count databases by their columns
 
 
 def split_counts(examples: Sequence[Example]) -> dict:
@@ -33,6 +37,56 @@ def split_counts(examples: Sequence[Example]) -> dict:
     if any(e.domain for e in examples):
         counts["by_domain"] = dict(sorted(Counter(e.domain for e in examples).items()))
     return counts
+
+
+def spread(values: Sequence[float]) -> dict:
+    """Min, median, 90th percentile (nearest rank) and max of `values`.
+
+    >>> spread([3, 1, 2, 10])
+    {'min': 1, 'median': 2.5, 'p90': 10, 'max': 10}
+    """
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values to spread")
+    p90 = ordered[math.ceil(0.9 * len(ordered)) - 1]
+    return {"min": ordered[0], "median": statistics.median(ordered), "p90": p90, "max": ordered[-1]}
+
+
+def schema_shape(entries: Sequence[dict]) -> dict:
+    """Tables and columns per database of tables.json entries (Spider's layout, BIRD's too):
+    their spread, and how many databases have 0-39, 40-79, ... columns.
+
+    >>> entry = {"table_names_original": ["a", "b"],
+    ...          "column_names_original": [[-1, "*"], [0, "id"], [1, "id"], [1, "x"]]}
+    >>> schema_shape([entry])["columns"]
+    {'min': 3, 'median': 3, 'p90': 3, 'max': 3}
+    """
+    tables = [len(e["table_names_original"]) for e in entries]
+    columns = [sum(t >= 0 for t, _ in e["column_names_original"]) for e in entries]
+    bands = Counter(c // COLUMN_BAND for c in columns)
+    return {
+        "databases": len(entries),
+        "tables": spread(tables),
+        "columns": spread(columns),
+        "columns_histogram": {
+            f"{b * COLUMN_BAND}-{(b + 1) * COLUMN_BAND - 1}": bands[b]
+            for b in range(max(bands) + 1)
+        },
+    }
+
+
+def wide_split_shape(examples: Sequence[Example], tables: Sequence[dict]) -> dict:
+    """Questions, their share with an evidence hint, and the schema shape of a split's databases
+    (`tables`: tables.json entries of at least those databases)."""
+    used = {e.db_id for e in examples}
+    with_evidence = sum(bool(e.evidence) for e in examples)
+    return {
+        "questions": len(examples),
+        "with_evidence": with_evidence,
+        "evidence_share": round(with_evidence / len(examples), 3),
+        "domains": len({e.domain for e in examples}),
+        **schema_shape([t for t in tables if t["db_id"] in used]),
+    }
 
 
 def distribution_figure(splits: Mapping[str, Sequence[Example]]):
