@@ -23,10 +23,11 @@ def data():
 @click.option("--seed", default=0, show_default=True)
 @click.option(
     "--profile",
-    type=click.Choice(["tiny", "default", "large"]),
+    type=click.Choice(["tiny", "default", "large", "wide"]),
     default="default",
     show_default=True,
-    help="Schema sizes: tiny for CPU runs and tests, large for GPU-scale runs.",
+    help="Schema sizes: tiny for CPU runs and tests, large for GPU-scale runs, wide for "
+    "BIRD-scale schemas (30-200 columns a database).",
 )
 @click.option(
     "--ood-domains",
@@ -72,3 +73,40 @@ def data_synth(
     with replace_dir(Path(out)) as new:
         summary = generate_dataset(new, config, progress=progress)
     echo_json(summary)
+
+
+@data.command("prompt-lengths")
+@click.argument("split", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--tokenizer",
+    default="models/base",
+    show_default=True,
+    help="Model folder (or hub id) whose tokenizer counts the tokens.",
+)
+@click.option(
+    "--sample-values",
+    default=0,
+    show_default=True,
+    help="Sample values per column (prompt.sample_values).",
+)
+@click.option("--reasoning/--no-reasoning", default=False, show_default=True)
+@click.option(
+    "--limit",
+    default=2048,
+    show_default=True,
+    type=COUNT,
+    help="Counts the prompts over this many tokens (prompt.max_prompt_tokens).",
+)
+def data_prompt_lengths(split, tokenizer, sample_values, reasoning, limit):
+    """Print the spread (min, median, p90, max) of the full-schema prompt tokens of SPLIT (a
+    prepared .jsonl): the retriever's and the generator's with every column."""
+    from acesql.data.loaders import read_prepared
+    from acesql.data.prompt_lengths import full_schema_prompt_tokens, prompt_length_report
+    from acesql.data.schemas import SchemaCache
+    from acesql.models.base_model import load_tokenizer
+    from acesql.models.prompts import PromptBuilder
+
+    examples = [e for e in read_prepared(split) if e.unusable is None]
+    prompts = PromptBuilder(load_tokenizer(tokenizer), reasoning, sample_values)
+    tokens = full_schema_prompt_tokens(examples, prompts, SchemaCache(sample_values))
+    echo_json({"split": split, "examples": len(examples), **prompt_length_report(tokens, limit)})
