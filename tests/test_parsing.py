@@ -190,3 +190,24 @@ def test_empty_vote_can_fall_back_to_the_full_schema(schemas):
         vote_columns([["student.name"]], schema, threshold=0)
     with pytest.raises(ValueError):
         vote_columns([["student.name"]], schema, on_empty="everything")
+
+
+# (text, finish reason, role, reasoning, may earn a reward): the generator's prompt asks for a
+# closed ```sql block, so only that format is rewarded, with reasoning on or off
+GATES = [
+    ("```sql\nSELECT a FROM t\n```", "stop", "generator", False, True),
+    ("```sqlite\nSELECT a FROM t\n```", "stop", "generator", False, True),
+    ("SELECT a FROM t", "stop", "generator", False, False),
+    ("```python\nSELECT a FROM t\n```", "stop", "generator", False, False),
+    ("```sql\nSELECT a FROM t", "stop", "generator", False, False),
+    ("```sql\nSELECT a FROM t\n```", "length", "generator", False, False),
+    ("<think>x</think>\n```sql\nSELECT a\n```", "stop", "generator", True, True),
+    ("```sql\nSELECT a\n```", "stop", "generator", True, False),
+    ("```\n[t.a]\n```", "stop", "retriever", False, True),
+    ("```\n[t.a]\n```", "length", "retriever", False, False),
+]
+
+
+@pytest.mark.parametrize("text, reason, role, reasoning, ok", GATES)
+def test_the_format_gate_rewards_the_format_the_prompt_asks_for(text, reason, role, reasoning, ok):
+    assert format_ok(Completion(text, finish_reason=reason), role, reasoning) is ok

@@ -8,6 +8,12 @@ For each response token t of output i, with ratio `rho = exp(logp - old_logp)`:
 
 averaged over every unmasked token of the batch ("token-mean"): long and short outputs count
 per token, not per output.
+
+Where this departs from the paper: its Eq. 7 writes each role's objective as a mean over the
+role's N outputs (each output's tokens averaged first, then the outputs). We take the token
+mean over all of the role's tokens, as veRL's default `token-mean` aggregation does: one
+long output weighs more than one short one, and a batch's loss does not depend on how its
+tokens are split into outputs.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@
 Nothing here trains or scores: rewards are the trainer's business. A malformed output parses
 to None (an unparseable column list, no SQL block) and simply never matches. The format gate
 of the authors' code applies to both roles (`acesql.sql.parsing.format_ok`): an output cut off
-at `max_new_tokens` counts as malformed, and with reasoning on a generator output needs
-`</think>` followed by a closed ```sql block. A parsed but empty column list is a set like any
+at `max_new_tokens` counts as malformed, and a generator output needs a closed ```sql block
+(with reasoning on, after `</think>`). A parsed but empty column list is a set like any
 other (it can match a pool target of a query that names no column, such as COUNT(*)).
 
 The vote (`acesql.sql.column_vote`) and the union follow the authors: when nothing is selected the

@@ -12,8 +12,8 @@ One step, top to bottom (`GrpoTrainer.step`):
   step's update, so a retriever sample is never rewarded for a set that only this step's
   generator samples put there; the vote's cutoff is ceil(threshold x N) over all N samples
   and an empty vote leaves the generator an empty schema (`acesql.sql.column_vote`); outputs cut
-  off at the token limit, and with reasoning on generator outputs without `</think>` and a
-  closed ```sql block, earn 0 (`acesql.sql.parsing.format_ok`).
+  off at the token limit, and generator outputs without a closed ```sql block (with reasoning
+  on, after `</think>`), earn 0 (`acesql.sql.parsing.format_ok`).
 - Old-policy log-probs are *recomputed*: each rollout gets exactly one optimizer step, so the
   policy that sampled is the policy being differentiated, and old = current, detached (ratio 1
   in value, the clipped surrogate's gradient is the policy gradient). The engine's own

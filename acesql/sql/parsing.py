@@ -31,11 +31,16 @@ def format_ok(completion, role: str, reasoning: bool) -> bool:
     """The authors' format gate: whether a completion (text, finish_reason) may earn a reward.
 
     An output cut off at the token limit (`finish_reason == "length"`) earns nothing in either
-    role. With reasoning on, a generator output must close its thought with `</think>` and then
-    hold a closed ```sql block.
+    role. A generator output must hold a closed ```sql block, as its prompt asks (a bare
+    SELECT or a ```python block parses, but is not the format asked for); with reasoning on,
+    after a closing `</think>`.
 
     >>> from acesql.models.engine import Completion
     >>> format_ok(Completion("```sql\\nSELECT 1\\n```", finish_reason="stop"), "generator", True)
+    False
+    >>> format_ok(Completion("```sql\\nSELECT 1\\n```", finish_reason="stop"), "generator", False)
+    True
+    >>> format_ok(Completion("SELECT 1", finish_reason="stop"), "generator", False)
     False
     >>> ok = "<think>x</think>\\n```sql\\nSELECT 1\\n```"
     >>> format_ok(Completion(ok, finish_reason="stop"), "generator", True)
@@ -45,11 +50,13 @@ def format_ok(completion, role: str, reasoning: bool) -> bool:
     """
     if completion.finish_reason == "length":
         return False
-    if reasoning and role == "generator":
-        # a closed ```sql block somewhere after the first </think>: one scan, not one per </think>
-        thought = _THOUGHT.search(completion.text)
-        return bool(thought and _SQL_BLOCK.search(completion.text, thought.end()))
-    return True
+    if role != "generator":
+        return True
+    if not reasoning:
+        return bool(_SQL_BLOCK.search(completion.text))
+    # a closed ```sql block somewhere after the first </think>: one scan, not one per </think>
+    thought = _THOUGHT.search(completion.text)
+    return bool(thought and _SQL_BLOCK.search(completion.text, thought.end()))
 
 
 def strip_think(text: str) -> str:
