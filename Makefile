@@ -46,13 +46,11 @@ API := $(or $(PREFECT_API_URL),$(UI_API))
 PREFECT := PREFECT_API_URL=$(API) $(VENV)/bin/prefect
 NEED_API = @test -n "$(API)" || { echo "no Prefect server: run \`make ui\` first (or export PREFECT_API_URL)" >&2; exit 2; }
 
-# The cpu and gpu work pools (one training at a time on gpu) and prefect.yaml's deployments.
+# The cpu and gpu work pools (one training at a time on gpu) and prefect.yaml's deployments
+# (flows/deploy.py); it ends with the `make worker` and `make trigger` lines to run next.
 deploy: setup
 	$(NEED_API)
-	$(PREFECT) work-pool create cpu --type process --overwrite
-	$(PREFECT) work-pool create gpu --type process --overwrite
-	$(PREFECT) work-pool set-concurrency-limit gpu 1
-	$(PREFECT) --no-prompt deploy --all
+	PREFECT_API_URL=$(API) $(PY) -m flows.deploy
 
 # A worker in the foreground; its runs work in this folder. POOL=gpu on the machine with a GPU.
 POOL ?= cpu
@@ -61,7 +59,7 @@ worker: setup
 	ACESQL_PROJECT_DIR=$(CURDIR) $(PREFECT) worker start --pool $(POOL)
 
 # A run of a deployment, as the UI's Run button makes one; PARAMS is JSON of flow parameters.
-DEPLOYMENT ?= acesql-pipeline/cpu
+DEPLOYMENT ?= acesql-pipeline/pipeline-cpu
 PARAMS ?= {}
 trigger: setup
 	$(NEED_API)

@@ -3,8 +3,8 @@
 The pipeline's `gpu_deployments` chooses where sft and grpo run:
 
 - `never` (`make run`): in the pipeline's own process, like every other stage;
-- `auto` (the `acesql-pipeline/cpu` deployment): on their deployments when a worker is
-  polling the `gpu` pool when the pipeline starts, else here, saying so in the log;
+- `auto` (the `acesql-pipeline/pipeline-cpu` deployment): on their deployments when a worker
+  is polling the `gpu` pool when the pipeline starts, else here, saying so in the log;
 - `always`: on their deployments; with no worker on the pool the pipeline stops at once,
   naming the command that starts one.
 
@@ -50,7 +50,7 @@ WORKER_COMMAND = f"make worker POOL={GPU_POOL}"
 
 def gpu_deployment(stage: str) -> str:
     """The prefect.yaml deployment of a stage on the gpu pool, as `flow/deployment`."""
-    return f"acesql-{stage}/gpu"
+    return f"acesql-{stage}/{stage}-{GPU_POOL}"
 
 
 def dispatch_tag(pipeline_run_id) -> str:

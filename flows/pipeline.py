@@ -8,8 +8,8 @@ against Prefect's temporary local API, a server it starts and stops by itself. R
 project root: DVC finds the project, and the stages their params and MLflow store, from there.
 
 `gpu_deployments` (never | auto | always, flows/dispatch.py) says whether the sft and grpo
-stages run as flow runs of their GPU deployments (`acesql-sft/gpu`, `acesql-grpo/gpu` of
-prefect.yaml, picked up by a worker of the `gpu` pool) or here; `auto` sends them only when a
+stages run as flow runs of their GPU deployments (`acesql-sft/sft-gpu`, `acesql-grpo/grpo-gpu`
+of prefect.yaml, picked up by a worker of the `gpu` pool) or here; `auto` sends them only when a
 worker polls that pool. The flow waits for each dispatched run, at most `gpu_start_timeout_s`
 for a worker to pick it up. The deployments work in the same project folder (a shared disk,
 or the same machine), so DVC sees their outputs and lock entries.

@@ -124,7 +124,7 @@ def test_gpu_stages_are_dispatched_to_their_deployments(
     assert repro_calls == [("sft_data", False, parent)]  # the CPU stage runs here
     assert deployments.calls == [
         {"name": name, "parameters": {"force": False, "parent_run_id": parent}, "timeout": 0}
-        for name in ("acesql-sft/gpu", "acesql-grpo/gpu")
+        for name in ("acesql-sft/sft-gpu", "acesql-grpo/grpo-gpu")
     ]
     assert runs["pipeline"].info.status == "FINISHED"
 
@@ -137,8 +137,8 @@ def test_a_failed_remote_stage_fails_the_pipeline(
     assert state.is_failed()
     error = state.result(raise_on_failure=False)
     assert isinstance(error, flows.tasks.StageFailed)
-    assert "acesql-sft/gpu" in str(error) and "CUDA out of memory" in str(error)
-    assert [call["name"] for call in deployments.calls] == ["acesql-sft/gpu"]  # grpo never ran
+    assert "acesql-sft/sft-gpu" in str(error) and "CUDA out of memory" in str(error)
+    assert [call["name"] for call in deployments.calls] == ["acesql-sft/sft-gpu"]  # grpo never ran
     _, runs = mlflow_runs()
     assert runs["pipeline"].info.status == "FAILED"
 
@@ -152,7 +152,7 @@ def test_without_gpu_deployments_every_stage_is_reproduced_here(
 
 
 def _gpu_pool(with_worker: bool, deployment: bool = True):
-    """The gpu work pool, with a worker that heartbeats but never polls, and acesql-sft/gpu."""
+    """The gpu work pool, with a worker that heartbeats but never polls, and acesql-sft/sft-gpu."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate
 
@@ -163,7 +163,7 @@ def _gpu_pool(with_worker: bool, deployment: bool = True):
         if deployment:
             flow_id = client.create_flow_from_name("acesql-sft")
             client.create_deployment(
-                flow_id, "gpu", entrypoint="flows/stages.py:sft_flow", work_pool_name="gpu"
+                flow_id, "sft-gpu", entrypoint="flows/stages.py:sft_flow", work_pool_name="gpu"
             )
 
 
@@ -225,7 +225,7 @@ def test_a_run_no_worker_picks_up_is_cancelled_after_the_start_timeout(
     )
     assert state.is_failed() and time.monotonic() - started < 60
     message = str(state.result(raise_on_failure=False))
-    assert "of acesql-sft/gpu was not picked up within 2 s" in message
+    assert "of acesql-sft/sft-gpu was not picked up within 2 s" in message
     assert "it was cancelled" in message
     with get_client(sync_client=True) as client:
         [run] = [r for r in client.read_flow_runs() if r.name in message]
@@ -245,9 +245,9 @@ def test_a_killed_pipeline_cancels_its_dispatched_runs_and_ends_its_mlflow_runs_
 
     _gpu_pool(with_worker=False)
     waiting = run_deployment(
-        "acesql-sft/gpu", timeout=0, tags=[flows.dispatch.dispatch_tag("pipe-1")]
+        "acesql-sft/sft-gpu", timeout=0, tags=[flows.dispatch.dispatch_tag("pipe-1")]
     )
-    other = run_deployment("acesql-sft/gpu", timeout=0, tags=["someone-else"])
+    other = run_deployment("acesql-sft/sft-gpu", timeout=0, tags=["someone-else"])
     assert flows.dispatch.cancel_dispatched("pipe-1") == [waiting.name]
     with get_client(sync_client=True) as client:
         assert client.read_flow_run(waiting.id).state.type.value == "CANCELLED"

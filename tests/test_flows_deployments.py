@@ -20,6 +20,7 @@ from flows.pipeline import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+PIPELINE = "acesql-pipeline/pipeline-cpu"
 
 
 def _deployments() -> dict[str, dict]:
@@ -32,14 +33,17 @@ def _deployments() -> dict[str, dict]:
 
 
 def test_every_stage_and_the_pipeline_have_a_deployment_on_their_pool():
+    """Named after what they run and where, so that the UI's list of deployment names tells
+    them apart: acesql-sft/sft-gpu."""
     deployments = _deployments()
-    expected = {"acesql-pipeline/cpu"} | {
-        f"acesql-{stage}/{'gpu' if stage in GPU_STAGES else 'cpu'}" for stage in STAGES
+    pools = {"pipeline": "cpu"} | {
+        stage: "gpu" if stage in GPU_STAGES else "cpu" for stage in STAGES
     }
-    assert set(deployments) == expected
+    assert set(deployments) == {f"acesql-{job}/{job}-{pool}" for job, pool in pools.items()}
     for name, entry in deployments.items():
-        assert entry["work_pool"]["name"] == name.split("/")[1]
-    assert deployments["acesql-pipeline/cpu"]["parameters"] == {"gpu_deployments": "auto"}
+        assert entry["work_pool"]["name"] == name.rpartition("-")[2]
+    assert len({entry["name"] for entry in deployments.values()}) == len(deployments)
+    assert deployments[PIPELINE]["parameters"] == {"gpu_deployments": "auto"}
 
 
 def test_the_pipeline_dispatches_to_deployments_that_exist():
@@ -96,14 +100,14 @@ def test_prefect_deploy_creates_them(prefect_harness, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     deployed = asyncio.run(read_deployments())
     assert set(deployed) == set(_deployments())
-    sft = deployed["acesql-sft/gpu"]
+    sft = deployed[gpu_deployment("sft")]
     assert sft.work_pool_name == "gpu"
     schema = sft.parameter_openapi_schema
     assert set(schema["properties"]) == {"sft", "force", "parent_run_id", "distributed"}
-    assert "learning_rate" in schema["definitions"]["SftSection"]["properties"]  # the UI's form
+    assert "learning_rate" in schema["definitions"]["SftSectionOverrides"]["properties"]  # the form
     # resolved on the worker when a run starts, not here
     assert sft.pull_steps == CONFIG["pull"]
-    assert deployed["acesql-pipeline/cpu"].parameters == {"gpu_deployments": "auto"}
+    assert deployed[PIPELINE].parameters == {"gpu_deployments": "auto"}
 
 
 def _make(*args, env):
@@ -142,3 +146,8 @@ def test_make_deploy_creates_the_pools_and_deployments(prefect_harness):
         }
     assert pools["gpu"].concurrency_limit == 1 and pools["cpu"].type == "process"
     assert deployed == set(_deployments())
+    # Prefect's hint, once per deployment, fails in a shell without PREFECT_API_URL: the
+    # project's own commands instead, once
+    assert "prefect worker start" not in done.stdout + done.stderr
+    assert done.stdout.count("make worker POOL=gpu") == 1
+    assert f"make trigger DEPLOYMENT={PIPELINE}" in done.stdout
