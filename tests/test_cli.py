@@ -118,13 +118,41 @@ def test_clear_error_for_bad_input(sample_dir, tmp_path):
     assert proc.returncode == 2 and "does not exist" in proc.stderr
 
 
-def test_run_on_the_sample_dataset(tmp_path):
+def test_check_gold_sql_on_the_sample_dataset(tmp_path):
     proc = acesql(
-        "run", "--spider", tmp_path / "absent", "--out", tmp_path / "out", "--workers", "1"
+        "check-gold-sql", "--spider", tmp_path / "absent", "--out", tmp_path / "out", "--workers", 1
     )
     report = json.loads(proc.stdout)
     assert all(report[m]["ex"] == 1.0 for m in ("multiset", "bird", "spider"))
     assert (tmp_path / "out" / "summary.json").is_file()
+    assert "deprecated" not in proc.stderr
+
+
+def test_the_self_check_is_named_for_what_it_does(tmp_path):
+    """`make run` is the main job (README); the SQL engine's self-check was `acesql run`, a
+    name that still works, saying which one to use."""
+    listing = acesql("--help").stdout
+    assert "check-gold-sql" in listing and "main job" not in listing
+    assert "run " not in listing.split("Commands:")[1]
+    old = acesql("run", "--spider", tmp_path / "absent", "--out", tmp_path / "out")
+    assert json.loads(old.stdout)["spider"]["ex"] == 1.0
+    assert "'run' is deprecated" in old.stderr and "acesql check-gold-sql" in old.stderr
+
+
+def test_python_dash_m_acesql_is_the_command_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "acesql", "--help"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("Usage: python -m acesql")
+
+
+def test_every_option_of_ask_says_what_it_is_for():
+    import click
+
+    params = cli.commands["ask"].params
+    undescribed = [p.opts[0] for p in params if isinstance(p, click.Option) and not p.help]
+    assert undescribed == []
 
 
 def test_data_synth(tmp_path):
@@ -261,7 +289,7 @@ def test_rows_file_is_written_whole_or_not_at_all(tmp_path):
 @pytest.mark.parametrize(
     "args",
     [
-        ["run", "--workers", "-1"],
+        ["check-gold-sql", "--workers", "-1"],
         ["evaluate-sql", "--workers", "-1"],
         ["eval", "--chunk-size", "0"],
         ["eval", "--chunk-size", "-1"],
@@ -293,7 +321,7 @@ def test_bad_counts_are_one_line_errors(args, sample_dir, school_db, tmp_path):
     preds = tmp_path / "preds.jsonl"
     preds.write_text("")
     rest = {
-        "run": ["--spider", str(sample_dir), "--out", str(tmp_path / "out")],
+        "check-gold-sql": ["--spider", str(sample_dir), "--out", str(tmp_path / "out")],
         "evaluate-sql": ["--dataset", str(sample_dir), "--format", "spider"]
         + ["--predictions", str(preds)],
         "eval": ["--model", str(tmp_path), "--dataset", str(sample_dir), "--format", "spider"],

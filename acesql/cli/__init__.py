@@ -9,7 +9,7 @@ acesql eval --model DIR --dataset DIR --format spider --limit 100 --out results/
 acesql eval --compare results/dev-sft results/dev-grpo
 acesql debug judge --tasks data/debug/dev.jsonl --id shop_0001/3 --fix "UPDATE ..."
 acesql ask --model models/grpo --db shop.sqlite "Which customer spent most?"
-acesql run                       # the main job (see `acesql run --help`)
+acesql check-gold-sql            # the SQL engine's self-check on Spider dev's gold SQL
 
 One module per command family: options.py holds what they share. Heavy imports stay inside
 the commands, so that `acesql --help` starts fast.
@@ -36,7 +36,27 @@ cli.add_command(data.data)
 cli.add_command(evaluate.evaluate_sql)
 cli.add_command(evaluate.evaluate_group)
 cli.add_command(evaluate.metrics)
-cli.add_command(evaluate.run)
+cli.add_command(
+    click.Command(
+        "check-gold-sql",
+        callback=evaluate.run.callback,
+        params=evaluate.run.params,
+        help="The SQL engine's self-check: gold SQL scored as its own predictions.\n\n"
+        "Spider dev's gold SQL (or the built-in sample's) run and matched in every match "
+        "mode; every usable example must match. Rows and summary.json go to --out. Not "
+        "the main job: training is `make run`.",
+    )
+)
+cli.add_command(  # the self-check's old name, said to be the main job
+    click.Command(
+        "run",
+        callback=evaluate.run.callback,
+        params=evaluate.run.params,
+        help="The old name of `acesql check-gold-sql`.",
+        hidden=True,
+        deprecated="Use `acesql check-gold-sql`: the same check (the main job is `make run`).",
+    )
+)
 cli.add_command(pool.pool)
 cli.add_command(storage.artifacts)
 cli.add_command(storage.remote)

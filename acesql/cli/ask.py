@@ -15,8 +15,21 @@ from acesql.cli.options import COUNT, MODES, NON_NEGATIVE, echo_json, json_line,
 @click.option("--db", "db", required=True, type=click.Path(), help="Any SQLite file (read only).")
 @selection_options("r3")
 @click.option("--mode", type=MODES, default="multiset", show_default=True, help="Result equality.")
-@click.option("--sample-values", default=0, show_default=True, type=NON_NEGATIVE)
-@click.option("--max-new-tokens", default=256, show_default=True, type=COUNT)
+@click.option(
+    "--sample-values",
+    default=0,
+    show_default=True,
+    type=NON_NEGATIVE,
+    help="Sample values shown per column in the schema the roles read; use the number the "
+    "model was trained with (params.yaml's prompt.sample_values).",
+)
+@click.option(
+    "--max-new-tokens",
+    default=256,
+    show_default=True,
+    type=COUNT,
+    help="Most tokens of each generation (the column list, each SQL); one that loops stops there.",
+)
 @click.option("--max-rows", default=20, show_default=True, type=COUNT, help="Rows shown.")
 @click.option("--explain", is_flag=True, help="Also the candidates, their groups and scores.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
