@@ -80,7 +80,7 @@ BAD = [
         "data: {synth: {dev_fraction: 1.5}}",
         r"data\.synth\.dev_fraction: .*less than 1 \(got 1\.5\)",
     ),
-    ("data: {synth: {profile: huge}}", r"data\.synth\.profile: .*'tiny', 'default' or 'large'"),
+    ("data: {synth: {profile: huge}}", r"data\.synth\.profile: .*'tiny', 'default', 'large' or 'wide'"),
     ("data: {filtering: {max_per_db: -2}}", r"data\.filtering\.max_per_db: .*\(got -2\)"),
     ("data: {filtering: {complexities: simple}}", r"data\.filtering\.complexities: .*list"),
     ("data: {source: spider}", r"data\.path: required when source is spider"),

@@ -31,8 +31,10 @@ class SplitsSection(Section):
 class SynthSection(Section):
     """The built-in generator's settings (used when `source` is synth)."""
 
-    profile: Literal["tiny", "default", "large"] = Field(
-        "default", description="Size and difficulty of the databases and questions."
+    profile: Literal["tiny", "default", "large", "wide"] = Field(
+        "default",
+        description="Size and difficulty of the databases and questions (wide: BIRD-scale "
+        "schemas, to train the retriever where it is needed).",
     )
     n_databases: int = Field(50, ge=1, description="Databases to generate.")
     questions_per_db: int = Field(40, ge=1, description="Questions asked of each database.")
