@@ -355,6 +355,7 @@ def test_a_killed_evaluation_resumes_without_redoing_chunks(setup, tmp_path, tin
             examples, resumed, prompts, executor, tmp_path / "a", **kwargs
         )
         assert resumed.calls == 2 * 3  # only the two unfinished chunks
+        assert summary["seconds_total"] >= summary["seconds"]
         unbroken = Scripted(examples, answer)
         summary_b, rows_b = evaluate_to_folder(
             examples, unbroken, prompts, executor, tmp_path / "b", **kwargs
@@ -370,6 +371,56 @@ def test_a_killed_evaluation_resumes_without_redoing_chunks(setup, tmp_path, tin
     with BatchExecutor(workers=0) as executor:
         evaluate_to_folder(examples, changed, prompts, executor, tmp_path / "a", **kwargs)
     assert changed.calls == 3 * 3
+
+
+def test_a_resumed_evaluation_goes_on_whatever_the_chunk_size(setup, tmp_path, tiny_model_dir):
+    examples, prompts = setup
+    answer = lambda ex, i: ex.sql if ex.index % 2 else "SELECT 0"  # noqa: E731
+    kwargs = dict(
+        model=str(tiny_model_dir),
+        dataset="synth",
+        split="dev",
+        settings={"mode": "multiset", "seed": 3},
+        progress=False,
+    )
+    with BatchExecutor(workers=0) as executor:
+        # chunks of 4, each two generate calls: killed in the third chunk, 8 questions saved
+        dying = Scripted(examples, answer, fail_after=5)
+        with pytest.raises(KeyboardInterrupt):
+            evaluate_to_folder(
+                examples, dying, prompts, executor, tmp_path / "a", chunk_size=4, **kwargs
+            )
+        resumed = Scripted(examples, answer)
+        summary, rows = evaluate_to_folder(
+            examples, resumed, prompts, executor, tmp_path / "a", chunk_size=3, **kwargs
+        )
+        unbroken = Scripted(examples, answer)
+        _, rows_b = evaluate_to_folder(
+            examples, unbroken, prompts, executor, tmp_path / "b", chunk_size=5, **kwargs
+        )
+    # the four questions left: chunks of 3 cut them into [8] and [9, 10, 11]
+    assert resumed.prompts == 4 * 4 and resumed.calls == 2 * 2
+    assert rows == rows_b and summary["usable"] == len(examples)
+
+
+def test_the_bar_names_the_part_running_and_outputs_at_the_token_cap():
+    from acesql.eval.runner import _Watched
+    from acesql.models.engine import Completion
+
+    class Bar:
+        def set_postfix_str(self, text, refresh=True):
+            self.text = text
+
+    class Looping:
+        def generate(self, prompts, n=1, **options):
+            return [[Completion("SELECT SELECT", finish_reason="length")] * n for _ in prompts]
+
+    bar = Bar()
+    watched = _Watched(Looping(), bar)
+    watched.phase("retrieving")
+    assert bar.text == "retrieving"
+    watched.generate(["a", "b"], n=2)
+    assert bar.text == "retrieving, 4 outputs at the token cap"
 
 
 def test_the_resume_fingerprint_follows_the_model_contents_not_its_path(
@@ -705,15 +756,11 @@ def test_compare_cli_prints_the_paired_section(tmp_path):
 
     _write_rows(tmp_path / "a", "dev", [False] * 10)
     _write_rows(tmp_path / "b", "dev", [True] * 10)
-    result = CliRunner().invoke(
-        cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
-    )
+    result = CliRunner().invoke(cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert result.exit_code == 0, result.output
     assert re.search(r"pipeline EX\s+0\.0%\s+100\.0%\s+\+100\.0.*0\s+10\s+0\.00195", result.output)
     (tmp_path / "b" / "rows.jsonl").unlink()
-    result = CliRunner().invoke(
-        cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
-    )
+    result = CliRunner().invoke(cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert "no per-question rows on both sides" in result.output
 
 
@@ -729,9 +776,7 @@ def test_rows_kept_without_their_metrics_still_compare(tmp_path):
         ]
         (tmp_path / side).mkdir()
         (tmp_path / side / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = CliRunner().invoke(
-        cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
-    )
+    result = CliRunner().invoke(cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert result.exit_code == 0, result.output
     assert "rows: paired, on the 6 questions both scored" in result.output
     assert re.search(r"pipeline EX\s+0\.0%\s+100\.0%\s+\+100\.0.*0\s+6\s+0\.031", result.output)
@@ -791,9 +836,7 @@ def test_an_unfinished_evaluation_compares_on_its_finished_questions(tmp_path):
     header = {"model": "m", "dataset": "x", "split": "dev", "questions": 40}
     _write_unfinished(tmp_path / "a", [[False] * 4, [False] * 4], header)
     _write_unfinished(tmp_path / "b", [[True] * 4], header)  # B got through one chunk
-    result = CliRunner().invoke(
-        cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
-    )
+    result = CliRunner().invoke(cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert result.exit_code == 0, result.output
     assert f"{tmp_path / 'a'}: unfinished, 8 of 40 questions scored so far" in result.output
     assert re.search(r"questions\s+8\s+4\s+-4", result.output)

@@ -21,6 +21,8 @@ error, match reason, failure category, tokens. `acesql.eval.metrics` turns rows 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from acesql.config import SelectionSection
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache, gold_columns
@@ -58,6 +60,7 @@ def evaluate_examples(
     seed: int = 0,
     schemas: SchemaCache | None = None,
     stored: dict[int, dict] | None = None,
+    phase: Callable[[str], None] = lambda name: None,
 ) -> tuple[dict, list[dict]]:
     """Evaluate `examples` (usable ones) end to end; return (summary, rows).
 
@@ -67,7 +70,8 @@ def evaluate_examples(
     (`acesql.prm.select.ProcessScorer`); its `answer` policy says which answer is the
     product's (`acesql.selection.answer`). With `stored` (an earlier r3 evaluation's rows by
     question index), nothing is generated: the stored candidates are scored again
-    (`acesql.eval.rescore`), judged by `judge`."""
+    (`acesql.eval.rescore`), judged by `judge`. `phase(name)` is told which part runs
+    (retrieving, generating, sampling, judging, rescoring), for a progress display."""
     selection = selection or SelectionSection()
     schemas = schemas or SchemaCache(prompts.sample_values)
     unusable = [_unusable_row(e) for e in examples if e.unusable is not None]
@@ -75,6 +79,7 @@ def evaluate_examples(
     if not examples:
         return summarize(unusable), unusable
     if stored is not None:
+        phase("rescoring")
         rows = _rescored(
             examples,
             stored,
@@ -91,6 +96,7 @@ def evaluate_examples(
         return summarize(rows + unusable), rows + unusable
     greedy = dict(temperature=0.0, max_new_tokens=max_new_tokens, seed=seed)
     sampling = dict(temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
+    phase("retrieving")
     rows, pipeline_prompts = retrieve(
         examples,
         engine,
@@ -102,14 +108,18 @@ def evaluate_examples(
         on_empty=on_empty,
         unclosed_list=unclosed_list,
     )
+    phase("generating")
     answer_greedily(
         examples, rows, engine, prompts, executor, schemas, pipeline_prompts, mode, greedy
     )
     if maj_k > 0:
         sampling = dict(temperature=maj_temperature, max_new_tokens=max_new_tokens, seed=seed)
+        phase("sampling")
         pools, samples = _candidates(
             examples, rows, engine, pipeline_prompts, executor, mode, maj_k, sampling
         )
+        if selection.method in ("prm", "r3"):
+            phase("judging")
         if selection.method == "prm":
             _prm_select(examples, rows, pools, samples, prompts, schemas, process_scorer, mode)
         if selection.method == "r3":

@@ -1,13 +1,18 @@
 """A restartable evaluation that writes its results to a folder.
 
-Questions are evaluated in chunks; each finished chunk is appended to
+Questions are evaluated in chunks; each finished chunk's rows are appended to
 `<out>/.partial-<fingerprint>.jsonl` in one write. A killed evaluation, started again with the
-same model, questions and settings, reads that file and goes on from the next chunk (the
-model by the contents of its weights and tokenizer, so a retrained identical model resumes). One
+same model, questions and settings, reads that file and goes on from the first question it
+has no row for, whatever chunk size either attempt used (the model by the contents of its
+weights and tokenizer, so a retrained identical model resumes). The progress bar counts
+questions and shows which part of the evaluation is running and how many outputs ran to the
+token cap; `seconds` is this attempt's time, `seconds_total` the time of every attempt's
+saved chunks. One
 evaluation writes a folder at a time (`acesql.locks`): a second one into the same folder
 stops at once with DataError, rather than both appending to one file. The
 fingerprint covers all three, so a changed setting never mixes with old rows. Sampling seeds
-are derived from the chunk's position, so a resumed run samples what an unbroken one would.
+are derived from the chunk's position, so a resumed run with the same chunk size samples what
+an unbroken one would.
 
 Until then `read_unfinished` gives the finished rows (`acesql eval --compare` reads them).
 When every chunk is done the folder holds:
@@ -82,13 +87,10 @@ def evaluate_to_folder(
     )
     with folder_locked(out, DataError(busy)):
         partial = out / f".partial-{fingerprint(model, growing or examples, settings)}.jsonl"
-        done = _read_partial(partial)
+        done, earlier_seconds = _read_partial(partial)
         start = time.monotonic()
-        schemas = SchemaCache(prompts.sample_values)
         chunks = [examples[i : i + chunk_size] for i in range(0, len(examples), chunk_size)]
-        options = _options(settings)
-        seed = options.pop("seed", 0)
-        finished = sum(len(c) for c in chunks if _key(c) in done)
+        finished = sum(e.index in done for e in examples)
         if finished:
             print(
                 f"resuming {partial}: {finished} of {len(examples)} questions done", file=sys.stderr
@@ -100,6 +102,10 @@ def evaluate_to_folder(
             unit="q",
             disable=not progress,
         )
+        watched = _Watched(engine, bar)
+        schemas = SchemaCache(prompts.sample_values)
+        options = _options(settings)
+        seed = options.pop("seed", 0)
         _end_with_newline(partial)
         with partial.open("a") as fh:
             if not done and fh.tell() == 0:
@@ -111,27 +117,33 @@ def evaluate_to_folder(
                 }
                 fh.write(json.dumps({"header": header}) + "\n")
             for number, chunk in enumerate(chunks):
-                if _key(chunk) in done:
+                todo = [e for e in chunk if e.index not in done]
+                if not todo:
                     continue
+                began = time.monotonic()
                 _, rows = evaluate_examples(
-                    chunk,
-                    engine,
+                    todo,
+                    watched,
                     prompts,
                     executor,
                     seed=seed + number,
                     schemas=schemas,
+                    phase=watched.phase,
                     **(tools or {}),
                     **options,
                 )
-                done[_key(chunk)] = rows
-                fh.write(json.dumps({"chunk": _key(chunk), "rows": rows}, default=str) + "\n")
+                done.update((r["index"], r) for r in rows)
+                seconds = round(time.monotonic() - began, 2)
+                record = {"chunk": _key(todo), "rows": rows, "seconds": seconds}
+                fh.write(json.dumps(record, default=str) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
                 release_free_heap()  # judgments and executions leave freed pages behind too
-                bar.update(len(chunk))
+                bar.update(len(todo))
         bar.close()
-        rows = [row for chunk in chunks for row in done[_key(chunk)]]
+        rows = [done[e.index] for e in examples]
         summary = _described(summarize(rows), model, dataset, split, settings, start)
+        summary["seconds_total"] = round(earlier_seconds + summary["seconds"], 1)
         if growing is not None:
             print(
                 f"{len(rows)} of {len(growing)} questions scored, kept unfinished in {partial}: "
@@ -142,6 +154,34 @@ def evaluate_to_folder(
         _write_folder(out, summary, rows)
         partial.unlink()
         return summary, rows
+
+
+class _Watched:
+    """The engine, seen by the progress bar: the phase of the evaluation that is running
+    (retrieving, generating, sampling, judging) and how many outputs ran to the token cap
+    (a question that loops)."""
+
+    def __init__(self, engine, bar):
+        self.engine, self.bar = engine, bar
+        self.capped = 0
+        self._phase = ""
+
+    def phase(self, name: str) -> None:
+        self._phase = name
+        self._show()
+
+    def generate(self, prompts, n=1, **options):
+        groups = self.engine.generate(prompts, n=n, **options)
+        self.capped += sum(c.finish_reason == "length" for g in groups for c in g)
+        self._show()
+        return groups
+
+    def _show(self) -> None:
+        cap = f", {self.capped} outputs at the token cap" if self.capped else ""
+        self.bar.set_postfix_str(f"{self._phase}{cap}", refresh=True)
+
+    def __getattr__(self, name):  # model, tokenizer, close: the engine's own
+        return getattr(self.engine, name)
 
 
 def _write_folder(out: Path, summary: dict, rows: list[dict]) -> None:
@@ -259,18 +299,22 @@ def _key(chunk: list[Example]) -> str:
     return f"{chunk[0].index}-{chunk[-1].index}-{len(chunk)}"
 
 
-def _read_partial(path: Path) -> dict[str, list[dict]]:
-    """Finished chunks of an earlier attempt; a line cut short by a kill is ignored."""
-    done = {}
+def _read_partial(path: Path) -> tuple[dict[int, dict], float]:
+    """The rows an earlier attempt finished, by question index, and the seconds they took
+    (every attempt's); a line cut short by a kill is ignored. Chunks of any size count, so
+    a run resumed with another chunk size goes on from the same questions."""
+    done, seconds = {}, 0.0
     if not path.is_file():
-        return done
+        return done, seconds
     for line in path.read_text().splitlines():
         try:
             record = json.loads(line)
-            done[record["chunk"]] = record["rows"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+            rows = record["rows"]
+            done.update((row["index"], row) for row in rows)
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
             continue
-    return done
+        seconds += float(record.get("seconds") or 0.0)
+    return done, seconds
 
 
 KEPT_PARTIAL = "rows.partial.jsonl"
@@ -297,7 +341,7 @@ def read_unfinished(folder: str | Path) -> tuple[dict, list[dict]] | None:
             header = json.loads(line).get("header") or header
         except (json.JSONDecodeError, AttributeError):
             continue
-    rows = [row for chunk in _read_partial(files[0]).values() for row in chunk]
+    rows = list(_read_partial(files[0])[0].values())
     return header, rows
 
 
