@@ -59,19 +59,27 @@ def test_match_many(executor, school_db):
     assert kept[0].pred.rows
 
 
-def test_inline_mode_gives_the_same_verdicts(school_db):
+def test_zero_workers_is_one_worker_process(school_db):
     items = [(school_db, q, QUERIES[1]) for q in QUERIES]
-    with BatchExecutor(workers=0) as inline, BatchExecutor(workers=2) as pool:
-        a = [v.match for v in inline.match_many(items, "spider")]
+    with BatchExecutor(workers=0) as one, BatchExecutor(workers=2) as pool:
+        a = [v.match for v in one.match_many(items, "spider")]
         b = [v.match for v in pool.match_many(items, "spider")]
+        assert len(one.worker_pids()) == 1 and os.getpid() not in one.worker_pids()
     assert a == b and a[1].match
 
 
+def _runner():
+    from acesql.sql.worker import Runner
+
+    return Runner(timeout_s=5, max_rows=1000, max_bytes=10**6, gold_cache_size=16)
+
+
 def test_gold_is_executed_once(school_db):
-    with BatchExecutor(workers=0) as ex:
-        gold = "SELECT count(*) FROM enrollment"
-        ex.match_many([(school_db, f"SELECT {i}", gold) for i in range(40)], "bird")
-        assert list(ex._inline.gold_cache) == [(str(school_db), gold)]
+    runner = _runner()
+    gold = "SELECT count(*) FROM enrollment"
+    for i in range(40):
+        runner.run(("match", str(school_db), f"SELECT {i}", gold, "bird", False, False))
+    assert list(runner.gold_cache) == [(str(school_db), gold)]
 
 
 def test_killed_worker_neither_hangs_nor_drops_items(school_db):
@@ -180,10 +188,12 @@ def test_repeated_predictions_and_the_gold_itself_run_once_unless_volatile(schoo
         return real(self, db, sql)
 
     monkeypatch.setattr(Runner, "execute", counting)
+    runner = _runner()  # what a worker runs, here, where the calls can be counted
+    monkeypatch.setattr(BatchExecutor, "_run", lambda self, jobs, *_: list(map(runner.run, jobs)))
     gold = "SELECT count(*) FROM student"
     items = [(school_db, "SELECT 1", gold)] * 3 + [(school_db, gold, gold)]
     items += [(school_db, "SELECT abs(random()) >= 0", gold)] * 2
-    with BatchExecutor(workers=0) as ex:
+    with BatchExecutor(workers=1) as ex:
         verdicts = ex.match_many(items, "multiset", keep_rows=True)
     assert [v.match.match for v in verdicts] == [False, False, False, True, False, False]
     assert verdicts[3].pred.rows == [(60,)] and verdicts[0].pred.rows == [(1,)]

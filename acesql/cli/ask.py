@@ -109,7 +109,8 @@ def ask_command(
 
 
 def _process_scorer(selection, engine):
-    """The prm selection's scorer (its own model, in-process SQL), or None for the others."""
+    """The prm selection's scorer (its own model, its SQL in a worker process), or None for
+    the others."""
     if selection.method != "prm":
         return None
     from acesql.prm.model import TrajectoryScorer
@@ -121,4 +122,4 @@ def _process_scorer(selection, engine):
             f"--prm-model: no such folder {selection.prm_model} (run the prm stage)"
         )
     scorer = TrajectoryScorer.load(selection.prm_model)
-    return ProcessScorer(scorer, engine.tokenizer, BatchExecutor(workers=0))
+    return ProcessScorer(scorer, engine.tokenizer, BatchExecutor(workers=1))

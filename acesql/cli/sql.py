@@ -31,9 +31,11 @@ def sql_exec(db, timeout_s, max_rows, query):
 
     A BLOB value prints as {"blob": "<hex>"}, an infinite REAL as {"real": "inf"}.
     """
-    from acesql.sql.sandbox import execute
+    from acesql.sql.batch_executor import BatchExecutor
 
-    echo_json(execute(db, query, timeout_s=timeout_s, max_rows=max_rows).to_dict())
+    with BatchExecutor(workers=1, timeout_s=timeout_s, max_rows=max_rows) as executor:
+        (result,) = executor.execute_many([(db, query)])
+    echo_json(result.to_dict())
 
 
 @sql.command("columns")
@@ -61,17 +63,11 @@ def sql_columns(db, query):
 @timeout_option
 def sql_match(db, mode, pred, gold, timeout_s):
     """Execute PRED and GOLD and print {"match": ..., "reason": ...}."""
-    from acesql.sql.columns import has_order_by
-    from acesql.sql.matching import execution_match
-    from acesql.sql.sandbox import execute
+    from acesql.sql.batch_executor import BatchExecutor
 
-    result = execution_match(
-        execute(db, pred, timeout_s=timeout_s),
-        execute(db, gold, timeout_s=timeout_s),
-        mode,
-        ordered=has_order_by(gold),
-    )
-    echo_json(result.to_dict())
+    with BatchExecutor(workers=1, timeout_s=timeout_s) as executor:
+        (verdict,) = executor.match_many([(db, pred, gold)], mode)
+    echo_json(verdict.match.to_dict())
 
 
 @sql.command("schema")

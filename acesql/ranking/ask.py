@@ -31,9 +31,10 @@ from acesql.ranking.judge import Context, LetterJudge
 from acesql.ranking.resample import sample_pipeline_prompts
 from acesql.ranking.select import Drawn, select_groupwise, select_with_resampling
 from acesql.selection.answer import Sides, answer_side
+from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.parsing import parse_columns, parse_sql
-from acesql.sql.sandbox import ExecResult, execute
+from acesql.sql.sandbox import ExecResult
 from acesql.sql.schema import Schema
 
 
@@ -82,8 +83,36 @@ def ask(
     process_scorer=None,
 ) -> Answer:
     """`process_scorer` (`acesql.prm.select.ProcessScorer`): for the prm selection, whose
-    candidates are what its score model reads (`prompts.sql_format` the same)."""
-    selection = selection or SelectionSection(method="r3")
+    candidates are what its score model reads (`prompts.sql_format` the same). The
+    candidates run in a SQL worker process, killed at the deadline if SQLite is not."""
+    with BatchExecutor(workers=1, timeout_s=timeout_s) as executor:
+        return _ask(
+            engine,
+            prompts,
+            db_path,
+            question,
+            selection or SelectionSection(method="r3"),
+            executor,
+            mode=mode,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            process_scorer=process_scorer,
+        )
+
+
+def _ask(
+    engine,
+    prompts,
+    db_path,
+    question: str,
+    selection: SelectionSection,
+    executor: BatchExecutor,
+    *,
+    mode: str,
+    max_new_tokens: int,
+    seed: int,
+    process_scorer,
+) -> Answer:
     if selection.method == "prm":
         if process_scorer is None:
             raise ConfigError("the prm selection needs the process scorer (the prm model)")
@@ -110,12 +139,12 @@ def ask(
         drawn = [c for g in groups for c in g]
         outputs.extend(drawn)
         sqls = [parse_sql(c.text) or "" for c in drawn]
-        return sqls, [_run(db_path, sql, timeout_s) for sql in sqls]
+        return sqls, _run(executor, db_path, sqls)
 
     greedy = engine.generate([prompt], n=1, temperature=0.0, max_new_tokens=max_new_tokens)[0]
     outputs.extend(greedy)
     sqls = [parse_sql(greedy[0].text) or ""]
-    results = [_run(db_path, sqls[0], timeout_s)]
+    results = _run(executor, db_path, sqls)
     if selection.method != "greedy":
         more_sqls, more_results = sample([prompt], selection.candidates - 1, seed)
         sqls, results = sqls + more_sqls, results + more_results
@@ -197,7 +226,7 @@ def ask(
         answer.sql, answer.result = sqls[index], results[index]
     if selection.answer != "pipeline":
         _answer_policy(
-            answer, engine, prompts, schema, db_path, question, selection, max_new_tokens, timeout_s
+            answer, engine, prompts, schema, db_path, question, selection, max_new_tokens, executor
         )
     return answer
 
@@ -211,14 +240,14 @@ def _answer_policy(
     question,
     selection,
     max_new_tokens: int,
-    timeout_s: float,
+    executor: BatchExecutor,
 ) -> None:
     """The generator's greedy answer on the whole schema, and which of the two answers the
     `selection.answer` policy ships (`acesql.selection.answer`); `answer` is updated."""
     prompt = prompts.generator(schema, None, question)
     (out,) = engine.generate([prompt], n=1, temperature=0.0, max_new_tokens=max_new_tokens)
     full_sql = parse_sql(out[0].text) or ""
-    full_result = _run(db_path, full_sql, timeout_s)
+    (full_result,) = _run(executor, db_path, [full_sql])
     pipeline_ran = answer.result is not None and answer.result.ok
     full_ran = full_result.ok and bool(full_sql)
     sides = Sides(pipeline_ran, full_ran, prompts.token_count(prompt))
@@ -228,7 +257,7 @@ def _answer_policy(
         answer.sql, answer.result = full_sql or None, full_result
 
 
-def _run(db_path, sql: str, timeout_s: float) -> ExecResult:
-    return (
-        execute(db_path, sql, timeout_s=timeout_s) if sql else ExecResult(ok=False, error="no SQL")
-    )
+def _run(executor: BatchExecutor, db_path, sqls: list[str]) -> list[ExecResult]:
+    """Each SQL's result, in order; an empty one (no SQL in the output) fails as such."""
+    ran = iter(executor.execute_many([(db_path, sql) for sql in sqls if sql]))
+    return [next(ran) if sql else ExecResult(ok=False, error="no SQL") for sql in sqls]

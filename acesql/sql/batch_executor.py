@@ -8,9 +8,13 @@ Each worker keeps its own connections open (one per database file) and a cache o
 results keyed by (db, sql), and jobs that share a gold query are routed to the worker that
 already holds it, so a question's 8 candidates cost one gold execution, not 8.
 
-A worker that dies (killed, or stuck past its hard deadline) never hangs the batch: the job
-it was running comes back as an error, the jobs queued behind it are re-sent, and a fresh
-worker takes its place. `workers=0` runs everything in the calling process.
+A statement that SQLite does not stop at its deadline (one long call, such as a LIKE over
+a long string: see `acesql.sql.host`) has its worker killed `host.KILL_GRACE_S` later; the
+job comes back timed out, as if SQLite had stopped it. A worker that dies (killed, or stuck
+past its hard deadline outside SQLite) never hangs the batch: the job it was running comes
+back as an error, the jobs queued behind it are re-sent, and a fresh worker takes its
+place. SQL never runs in the calling process, which could not stop such a call:
+`workers=0` means one worker, as 1 does.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from multiprocessing.connection import wait
 from tqdm import tqdm
 
 from acesql.sql.columns import has_order_by
+from acesql.sql.host import kill_time
 from acesql.sql.matching import MATCH_MODES, execution_match
 from acesql.sql.sandbox import (
     DEFAULT_MAX_BYTES,
@@ -34,7 +39,7 @@ from acesql.sql.sandbox import (
     check_timeout,
     deterministic,
 )
-from acesql.sql.worker import Runner, Verdict, failed, worker_main
+from acesql.sql.worker import Verdict, failed, killed, worker_main
 
 __all__ = ["BatchExecutor", "Verdict"]
 
@@ -47,9 +52,10 @@ class _Worker:
     def __init__(self, ctx, settings):
         self.conn, child = ctx.Pipe()
         self.progress = ctx.RawArray("d", 2)
+        self.slot = ctx.RawArray("d", 2)  # the running statement's deadline; if killed, how
         self.process = ctx.Process(
             target=worker_main,
-            args=(child, self.progress, settings, os.getpid()),
+            args=(child, self.progress, self.slot, settings, os.getpid()),
             daemon=True,
         )
         self.process.start()
@@ -59,6 +65,10 @@ class _Worker:
     def running_for(self, now: float) -> float:
         started = self.progress[1]
         return now - started if self.inflight and started > 0 else 0.0
+
+    def kill_time(self) -> float | None:
+        """When the statement this worker runs is overdue (None: it runs none)."""
+        return kill_time(self.slot) if self.inflight else None
 
     def close(self) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -87,6 +97,7 @@ class BatchExecutor:
         self.n_workers = (os.cpu_count() or 1) if workers is None else int(workers)
         if self.n_workers < 0:
             raise ValueError(f"workers must be >= 0, got {workers}")
+        self.n_workers = max(1, self.n_workers)
         timeout_s = check_timeout(timeout_s)  # at once, not in a worker at the first job
         self.settings = dict(
             timeout_s=timeout_s,
@@ -101,7 +112,6 @@ class BatchExecutor:
         self._ctx = mp.get_context("spawn")
         self._workers: list[_Worker] = []
         self._affinity: dict = {}
-        self._inline = Runner(**self.settings) if self.n_workers == 0 else None
 
     # ---------------------------------------------------------------- public
     def execute_many(self, items) -> list[ExecResult]:
@@ -160,12 +170,6 @@ class BatchExecutor:
     def _run(self, jobs: list[tuple], keys: list[tuple], label: str) -> list:
         bar = tqdm(total=len(jobs), desc=label, unit="sql", disable=not self.progress)
         try:
-            if self._inline is not None:
-                results = []
-                for job in jobs:
-                    results.append(self._inline.run(job))
-                    bar.update()
-                return results
             return self._dispatch(jobs, keys, bar)
         finally:
             bar.close()
@@ -192,14 +196,26 @@ class BatchExecutor:
             handles = {}
             for i, worker in enumerate(self._workers):
                 handles[worker.conn] = handles[worker.process.sentinel] = i
-            for i in sorted(set(handles[h] for h in wait(list(handles), timeout=0.5))):
+            due = [t for t in (w.kill_time() for w in self._workers) if t is not None]
+            timeout = min([0.5, *(t - time.monotonic() for t in due)])
+            for i in sorted(set(handles[h] for h in wait(list(handles), max(0.0, timeout)))):
                 worker = self._workers[i]
                 remaining -= self._collect(worker, results, bar)
                 if not worker.process.is_alive():
                     remaining -= self._replace(i, jobs, queues, results, bar, "died")
             now = time.monotonic()
             for i, worker in enumerate(self._workers):
-                if worker.running_for(now) > self.hard_deadline_s:
+                due = worker.kill_time()
+                if due is not None and now >= due:
+                    deadline = worker.slot[0]
+                    worker.process.kill()
+                    worker.process.join()
+                    remaining -= self._collect(worker, results, bar)
+                    # the statement may have ended just before the kill: then the job
+                    # running at death is not at fault, and goes back to the queue
+                    how = "timed_out" if worker.slot[0] == deadline else "requeue"
+                    remaining -= self._replace(i, jobs, queues, results, bar, how)
+                elif worker.running_for(now) > self.hard_deadline_s:
                     worker.process.kill()
                     worker.process.join()
                     remaining -= self._collect(worker, results, bar)
@@ -240,18 +256,25 @@ class BatchExecutor:
         return done
 
     def _replace(self, i, jobs, queues, results, bar, how: str) -> int:
-        """Replace worker i; the job it was running fails, the rest of its work is re-queued."""
+        """Replace worker i; the job it was running fails (`how` says why; "timed_out": it
+        times out, "requeue": it runs again), the rest of its work is re-queued."""
         old = self._workers[i]
         done = 0
         if old.inflight:
             head = old.inflight.popleft()
             position = int(old.progress[0]) if old.progress[1] > 0 else -1
-            if 0 <= position < len(head):
+            if 0 <= position < len(head) and how != "requeue":
                 culprit = head.pop(position)
-                message = (
-                    f"SQL worker {how} (exit code {old.process.exitcode}) while running this item"
-                )
-                results[culprit] = failed(jobs[culprit], message)
+                if how == "timed_out":
+                    timeout_s = self.settings["timeout_s"]
+                    elapsed = time.monotonic() - (old.slot[0] - timeout_s)
+                    results[culprit] = killed(jobs[culprit], int(old.slot[1]), timeout_s, elapsed)
+                else:
+                    message = (
+                        f"SQL worker {how} (exit code {old.process.exitcode}) while running "
+                        "this item"
+                    )
+                    results[culprit] = failed(jobs[culprit], message)
                 done = 1
             requeue = head + [idx for chunk in old.inflight for idx in chunk]
             queues[i].extendleft(reversed(requeue))

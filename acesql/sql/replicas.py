@@ -22,14 +22,23 @@ How it works
   connection, same transaction); the release is a ROLLBACK, which does no file I/O whether
   the trajectory wrote or not. As the file never changes, the views of one replica need no
   file locks and run side by side, each seeing only its own writes; a released view keeps
-  its cache of clean pages for the next lease.
+  its cache of clean pages for the next lease, unless its trajectory wrote (a new
+  connection then starts `changes()`, `total_changes()` and `last_insert_rowid()` at 0).
+- The views live in the pool's SQL host, a child process (`acesql.sql.host`,
+  `acesql.sql.replica_views`), which is killed when a statement outlives its deadline inside
+  one SQLite call, where SQLite cannot stop it: the statement comes back timed out, and
+  every lease goes on from its replayed state (below) in a new host.
 - The model's own transaction control runs as savepoints inside that transaction (BEGIN ->
   SAVEPOINT, COMMIT / END -> RELEASE, ROLLBACK -> ROLLBACK TO and RELEASE), so nothing it
   writes can commit; the authorizer refuses transaction statements from anywhere else.
 - SQLite rolls back the whole transaction when a write is interrupted at its deadline (and
   on a few other errors); the lease then replays the trajectory's earlier writing statements,
-  so the trajectory goes on from the state it would have on a copy of its own. Writes that
-  call `random()` or read the clock replay to different values.
+  so the trajectory goes on from the state it would have on a copy of its own. A statement
+  that failed after changing rows (INSERT OR FAIL) is replayed too, to the same partial
+  effect. Writes that call `random()` or read the clock replay to different values.
+- A view's database may grow by its size or `max_growth_bytes` (64 MiB), whichever is more,
+  and its temporary tables as much: uncommitted pages live in memory, and a write past the
+  bound fails with the bound in its error rather than filling memory until the deadline.
 - A replica's size and modification time are stamped when it is made and checked at each
   release. One whose file no longer matches its stamp, that has a journal beside it, or whose
   source changed is made again, so a dirty replica is never handed out.
@@ -41,76 +50,42 @@ without touching the file at all, and only it lets concurrent trajectories share
 the other two need a replica per concurrent trajectory and read the whole source (the page
 diff the whole replica too) for every writing trajectory.
 
-The sandbox's rules for untrusted SQL (module `sandbox`) hold here too: the same deadline
-through the progress handler, the same row and byte caps and function allow-list, no ATTACH,
-no VACUUM (it cannot run inside a transaction), no PRAGMA but the read-only schema ones
-(`READ_PRAGMAS`). What it does not do: bound the memory a trajectory's uncommitted writes take
-(they live in the page cache until the release) beyond what the deadline allows; it trusts
+The sandbox's rules for untrusted SQL (module `sandbox`) hold here too: the same deadline,
+the same row and byte caps and function allow-list, no ATTACH, no VACUUM (it cannot run
+inside a transaction), no PRAGMA but the read-only schema ones (`READ_PRAGMAS`). It trusts
 the source files, and it never opens them for writing.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import re
 import sqlite3
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from acesql.errors import DataError, ReplicaError
 from acesql.locks import lock_folder
+from acesql.sql.host import SqlHost, Stopped
+from acesql.sql.replica_views import LEADING, MIB, READ_PRAGMAS, ViewServer
 from acesql.sql.sandbox import (
-    ALLOWED_FUNCTIONS,
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT_S,
-    MAX_COLUMNS,
     ExecResult,
-    _length_limit,
     check_timeout,
     open_readonly,
-    run_with_deadline,
 )
 
-RESERVED_SAVEPOINT = "acesql_"  # savepoint names the model may not use
-READ_PRAGMAS = frozenset(
-    "table_info table_xinfo index_list index_info index_xinfo foreign_key_list".split()
-)
-CACHE_KIB = 16 * 1024  # each replica connection's page cache (clean pages, kept across leases)
+__all__ = ["READ_PRAGMAS", "Lease", "PoolStats", "ReplicaPool", "split_statements"]
 
-_A = sqlite3
-_READ_ACTIONS = {_A.SQLITE_SELECT, _A.SQLITE_READ, _A.SQLITE_RECURSIVE}
-_WRITE_ACTIONS = {
-    _A.SQLITE_INSERT,
-    _A.SQLITE_UPDATE,
-    _A.SQLITE_DELETE,
-    _A.SQLITE_CREATE_TABLE,
-    _A.SQLITE_CREATE_INDEX,
-    _A.SQLITE_CREATE_VIEW,
-    _A.SQLITE_CREATE_TRIGGER,
-    _A.SQLITE_CREATE_TEMP_TABLE,
-    _A.SQLITE_CREATE_TEMP_INDEX,
-    _A.SQLITE_CREATE_TEMP_VIEW,
-    _A.SQLITE_CREATE_TEMP_TRIGGER,
-    _A.SQLITE_DROP_TABLE,
-    _A.SQLITE_DROP_INDEX,
-    _A.SQLITE_DROP_VIEW,
-    _A.SQLITE_DROP_TRIGGER,
-    _A.SQLITE_DROP_TEMP_TABLE,
-    _A.SQLITE_DROP_TEMP_INDEX,
-    _A.SQLITE_DROP_TEMP_VIEW,
-    _A.SQLITE_DROP_TEMP_TRIGGER,
-    _A.SQLITE_ALTER_TABLE,
-    _A.SQLITE_REINDEX,
-    _A.SQLITE_ANALYZE,
-}
-_LEADING = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
-_CONTROL = re.compile(r"(begin|commit|end|rollback)\b(.*)$", re.I | re.S)
-_USER_TX = RESERVED_SAVEPOINT + "user"
+MAX_GROWTH_BYTES = 64 * MIB  # a view's database may grow by this, or by its size if more
+LOST = "lost"  # what a call on a view answers when the view went with an earlier host
 
 
 def split_statements(sql: str) -> list[str]:
@@ -127,7 +102,7 @@ def split_statements(sql: str) -> list[str]:
             pieces.append(sql[start : i + 1])
             start = i + 1
     pieces.append(sql[start:])
-    return [p.strip() for p in pieces if _LEADING.sub("", p, count=1).strip(" \t\r\n;")]
+    return [p.strip() for p in pieces if LEADING.sub("", p, count=1).strip(" \t\r\n;")]
 
 
 @dataclass
@@ -146,10 +121,13 @@ class PoolStats:
 
 @dataclass
 class _View:
-    """One connection onto a replica file: a trajectory's private view while leased."""
+    """A connection in the pool's SQL host onto a replica file: a trajectory's private view
+    while leased. It lives as long as the host it was opened in (`host`, the host's
+    generation)."""
 
-    conn: sqlite3.Connection
-    generation: int
+    id: int
+    generation: int  # the replica's
+    host: int
 
 
 @dataclass
@@ -173,7 +151,7 @@ class ReplicaPool:
     `max_leases` bounds the leases of one database at a time (each is a connection with its
     own page cache and the trajectory's writes in memory); past it a lease waits up to
     `wait_s`. `timeout_s`, `max_rows` and `max_bytes` bound each statement as in
-    `sandbox.execute`.
+    `sandbox.execute`; a view's database may grow by `max_growth_bytes` or its size.
     """
 
     def __init__(
@@ -185,6 +163,7 @@ class ReplicaPool:
         max_rows: int = DEFAULT_MAX_ROWS,
         max_bytes: int = DEFAULT_MAX_BYTES,
         wait_s: float = 60.0,
+        max_growth_bytes: int = MAX_GROWTH_BYTES,
     ):
         if int(max_leases) < 1:
             raise ReplicaError(f"max_leases must be at least 1, got {max_leases!r}")
@@ -195,6 +174,11 @@ class ReplicaPool:
         self.stats = PoolStats()
         self._sources: dict[Path, _Source] = {}
         self._cond = threading.Condition()
+        self._host = SqlHost(
+            partial(ViewServer, self.timeout_s, max_rows, max_bytes, int(max_growth_bytes))
+        )
+        self._host_lock = threading.Lock()  # one call at a time; taken after _cond, never before
+        self._view_ids = itertools.count()
         self._lock_fd = _lock_partition(self.folder)
 
     def lease(self, source: str | Path) -> Lease:
@@ -229,9 +213,7 @@ class ReplicaPool:
             self.stats.leases += 1
             replica, generation = entry.replica, entry.generation
         try:
-            if view is None:
-                view = _View(_connect(replica, self.max_bytes), generation)
-            return Lease(self, entry, view, replica)
+            return Lease(self, entry, view or self._open_view(replica, generation), replica)
         except BaseException:
             with self._cond:
                 entry.leased[generation] -= 1
@@ -239,15 +221,17 @@ class ReplicaPool:
             raise
 
     def close(self) -> None:
-        """Close the free views and unlock the partition (the replica files stay for reuse)."""
+        """Close the free views and unlock the partition (the replica files stay for reuse);
+        the host process ends with the last lease."""
         with self._cond:
             for entry in self._sources.values():
                 for view in entry.free:
-                    view.conn.close()
+                    self._close_view(view)
                 entry.free.clear()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
                 self._lock_fd = None
+            self._end_host_when_idle()
 
     def __enter__(self) -> ReplicaPool:
         return self
@@ -305,7 +289,7 @@ class ReplicaPool:
         """Stop handing out the current replica; its file goes once no leased view is left on
         it (the last release removes it)."""
         for view in entry.free:
-            view.conn.close()
+            self._close_view(view)
         entry.free.clear()
         if entry.generation >= 0 and not entry.leased[entry.generation]:
             _remove_replica(entry.replica)
@@ -313,27 +297,59 @@ class ReplicaPool:
 
     def _release(self, entry: _Source, view: _View, replica: Path, wrote: bool) -> None:
         """Roll the view back; keep it for the next lease while its replica is still the
-        current one and untouched, else close it."""
+        current one and untouched, and its trajectory did not write, else close it."""
+        reusable = self._call(view, "release") is True
         try:
-            view.conn.set_authorizer(None)
-            if view.conn.in_transaction:
-                view.conn.execute("ROLLBACK")
             untouched = _file_stamp(replica) == entry.file_stamp and not _has_journal(replica)
-        except (sqlite3.Error, OSError):
+        except OSError:
             untouched = False
         with self._cond:
             entry.leased[view.generation] -= 1
             self.stats.writing_leases += wrote
             current = view.generation == entry.generation and bool(entry.file_stamp)
-            if untouched and current and self._lock_fd is not None:
+            if untouched and current and reusable and self._lock_fd is not None:
                 entry.free.append(view)
             else:
-                view.conn.close()
-                if current:  # changed behind the pool's back: the next lease makes a new one
+                self._close_view(view)
+                if current and not untouched:  # changed behind the pool's back: made again
                     self._retire(entry)
-                elif not entry.leased[view.generation]:
+                elif not current and not entry.leased[view.generation]:
                     _remove_replica(replica)  # the last view of a retired replica
+            if self._lock_fd is None:
+                self._end_host_when_idle()
             self._cond.notify_all()
+
+    def _open_view(self, replica: Path, generation: int) -> _View:
+        """A new view of `replica` in the host (started if none runs)."""
+        with self._host_lock:
+            view_id = next(self._view_ids)
+            reply = self._host.call("open", view_id, str(replica))
+            if isinstance(reply, Stopped):
+                raise ReplicaError(
+                    f"the replica host process died (exit code {reply.exitcode}) while opening "
+                    f"{replica}"
+                )
+            return _View(view_id, generation, self._host.generation)
+
+    def _call(self, view: _View, method: str, *args):
+        """`method` of the host's view server on `view`: its value, a `Stopped` when the host
+        was killed or died during the call, or LOST when the view had gone with an earlier
+        host."""
+        with self._host_lock:
+            if not self._live(view):
+                return LOST
+            return self._host.call(method, view.id, *args)
+
+    def _live(self, view: _View) -> bool:
+        return view.host == self._host.generation and self._host.running
+
+    def _close_view(self, view: _View) -> None:
+        self._call(view, "close")
+
+    def _end_host_when_idle(self) -> None:
+        if not any(entry.leased.total() for entry in self._sources.values()):
+            with self._host_lock:
+                self._host.close()
 
 
 class Lease:
@@ -343,30 +359,36 @@ class Lease:
     def __init__(self, pool: ReplicaPool, entry: _Source, view: _View, replica: Path):
         self.pool, self.source, self.path = pool, entry.path, replica
         self.wrote = False
-        self._entry, self._view, self._conn = entry, view, view.conn
-        self._log: list[str] = []  # the statements to replay after a lost transaction
-        self._in_user_tx = False
-        self._internal = False
-        self._writes = self._altering = False
+        self._entry, self._view = entry, view
+        self._log: list[tuple[str, bool]] = []  # (statement, ok): what a replay runs again
         self._broken: str | None = None
-        self._conn.set_authorizer(self._authorize)
-        self._control("BEGIN")
+        if pool._call(view, "begin") is not None:  # the view went with its host: a new one
+            self._view = pool._open_view(replica, view.generation)
+            if pool._call(self._view, "begin") is not None:
+                raise ReplicaError("the replica host process died while a lease began")
 
     def execute(self, sql: str) -> ExecResult:
         """Run one statement of the trajectory; failures come back as data (see `ExecResult`)."""
         start = time.monotonic()
-        if self._conn is None:
+        if self._view is None:
             raise ReplicaError("this lease was released: lease the database again")
         problem = _statement_problem(sql)
         if problem is None and self._broken:
             problem = self._broken
         if problem:
-            return ExecResult(ok=False, error=problem, elapsed_s=time.monotonic() - start)
-        result, changed = self._apply(sql, start)
-        if not self._conn.in_transaction:
+            return _failed(problem, start)
+        if not self.pool._live(self._view):  # its host was killed, for this lease or another
             self._recover()
-        elif changed:
-            self._log.append(sql)
+            if self._broken:
+                return _failed(self._broken, start)
+        reply = self.pool._call(self._view, "run", sql, start)
+        if isinstance(reply, Stopped) or reply is LOST:  # the next statement replays the log
+            return _stopped(reply, self.pool.timeout_s, start)
+        result, logged, in_transaction = reply
+        if not in_transaction:
+            self._recover()
+        elif logged:
+            self._log.append((sql, result.ok))
             self.wrote = True
         return result
 
@@ -381,10 +403,10 @@ class Lease:
 
     def release(self) -> None:
         """Undo the trajectory's writes and hand the replica back (idempotent)."""
-        if self._conn is None:
+        if self._view is None:
             return
-        self._conn = None
-        self.pool._release(self._entry, self._view, self.path, self.wrote)
+        view, self._view = self._view, None
+        self.pool._release(self._entry, view, self.path, self.wrote)
 
     def __enter__(self) -> Lease:
         return self
@@ -392,109 +414,35 @@ class Lease:
     def __exit__(self, *exc) -> None:
         self.release()
 
-    # ------------------------------------------------------------------ internals
-    def _apply(self, sql: str, start: float) -> tuple[ExecResult, bool]:
-        """Run `sql` (the model's transaction control as savepoints); whether it changed state."""
-        control = _CONTROL.match(_LEADING.sub("", sql, count=1))
-        if control and not (
-            control.group(1).lower() == "rollback" and re.search(r"\bto\b", control.group(2), re.I)
-        ):
-            return self._user_control(control.group(1).lower(), start)
-        self._writes = self._altering = False
-        result = run_with_deadline(
-            self._conn, sql, start, self.pool.timeout_s, self.pool.max_rows, self.pool.max_bytes
-        )
-        return result, result.ok and self._writes
-
-    def _user_control(self, word: str, start: float) -> tuple[ExecResult, bool]:
-        if word == "begin":
-            if self._in_user_tx:
-                return _failed("cannot start a transaction within a transaction", start), False
-            self._control(f"SAVEPOINT {_USER_TX}")
-            self._in_user_tx = True
-        else:
-            if not self._in_user_tx:
-                verb = "rollback" if word == "rollback" else "commit"
-                return _failed(f"cannot {verb} - no transaction is active", start), False
-            if word == "rollback":
-                self._control(f"ROLLBACK TO {_USER_TX}")
-            self._control(f"RELEASE {_USER_TX}")
-            self._in_user_tx = False
-        return ExecResult(ok=True, elapsed_s=time.monotonic() - start), True
-
-    def _control(self, sql: str) -> None:
-        self._internal = True
-        try:
-            self._conn.execute(sql)
-        finally:
-            self._internal = False
-
     def _recover(self) -> None:
-        """SQLite rolled the transaction back: begin again and replay the trajectory's writes."""
+        """The transaction was lost (SQLite rolled it back, or its host was killed): begin
+        again, on a new view if the old one went with its host, and replay the writes."""
         self.pool.stats.replays += 1
-        self._in_user_tx = False
-        self._control("BEGIN")
-        start = time.monotonic()
-        for sql in self._log:
-            result, _ = self._apply(sql, start)
-            if not (result.ok and self._conn.in_transaction):
-                self._broken = (
-                    "this trajectory's earlier writes were lost (SQLite rolled back its "
-                    f"transaction and replaying {sql[:80]!r} failed: {result.error})"
-                )
-                if self._conn.in_transaction:
-                    self._control("ROLLBACK")
-                self._control("BEGIN")
-                return
-
-    def _authorize(self, action, arg1, arg2, db_name, trigger):
-        if action in _READ_ACTIONS:
-            return sqlite3.SQLITE_OK
-        if action == sqlite3.SQLITE_FUNCTION:
-            name = (arg2 or "").lower()
-            internal = self._altering and name.startswith("sqlite_")  # ALTER TABLE's helpers
-            return (
-                sqlite3.SQLITE_OK if name in ALLOWED_FUNCTIONS or internal else sqlite3.SQLITE_DENY
+        if not self.pool._live(self._view):
+            self._view = self.pool._open_view(self.path, self._view.generation)
+        reply = self.pool._call(self._view, "replay", self._log, time.monotonic())
+        if reply is None:
+            return
+        if isinstance(reply, str):
+            self._broken = (
+                "this trajectory's earlier writes were lost (SQLite rolled back its "
+                f"transaction and {reply})"
             )
-        if action == sqlite3.SQLITE_ALTER_TABLE:
-            db_name = arg1  # ALTER TABLE passes (database, table, column)
-        if action in _WRITE_ACTIONS and db_name in (None, "main", "temp"):
-            self._writes = True
-            self._altering |= action == sqlite3.SQLITE_ALTER_TABLE
-            return sqlite3.SQLITE_OK
-        if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in READ_PRAGMAS:
-            return sqlite3.SQLITE_OK
-        if action == sqlite3.SQLITE_SAVEPOINT:
-            user_name = not (arg2 or "").lower().startswith(RESERVED_SAVEPOINT)
-            if self._internal or user_name:
-                self._writes |= not self._internal
-                return sqlite3.SQLITE_OK
-        if action == sqlite3.SQLITE_TRANSACTION and self._internal:
-            return sqlite3.SQLITE_OK
-        return sqlite3.SQLITE_DENY
+            return
+        stopped = _stopped(reply, self.pool.timeout_s, 0.0).error
+        self._broken = f"this trajectory's earlier writes were lost (replaying them: {stopped})"
+        self._view = self.pool._open_view(self.path, self._view.generation)
+        self.pool._call(self._view, "begin")
 
 
 # ---------------------------------------------------------------------- helpers
-def _connect(path: Path, max_bytes: int) -> sqlite3.Connection:
-    """A view of a replica whose writes stay in memory until rolled back.
-
-    Without file locks (`nolock`): the views of one replica each hold a write transaction
-    open at once, which locking would refuse, and none of them ever writes the file."""
-    conn = sqlite3.connect(
-        path.resolve().as_uri() + "?nolock=1",
-        uri=True,
-        isolation_level=None,
-        check_same_thread=False,
-        cached_statements=0,
-    )
-    conn.execute("PRAGMA journal_mode = MEMORY")
-    conn.execute("PRAGMA cache_spill = OFF")
-    conn.execute("PRAGMA temp_store = MEMORY")
-    conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, MAX_COLUMNS)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _length_limit(max_bytes, 1))
-    return conn
+def _stopped(reply, timeout_s: float, start: float) -> ExecResult:
+    """The result of a statement whose host did not answer (see `SqlHost.call`)."""
+    if isinstance(reply, Stopped) and reply.timed_out:
+        error = f"timeout after {timeout_s:g}s (stopped inside one SQLite call)"
+        return ExecResult(ok=False, error=error, timed_out=True, elapsed_s=time.monotonic() - start)
+    code = reply.exitcode if isinstance(reply, Stopped) else None
+    return _failed(f"the replica host process died (exit code {code})", start)
 
 
 def _statement_problem(sql) -> str | None:

@@ -19,7 +19,12 @@ What the sandbox does:
 - accepts exactly one statement, starting with SELECT, WITH or VALUES;
 - enforces a wall-clock deadline (a finite number of seconds > 0, else ConfigError) through
   SQLite's progress handler, which interrupts the virtual machine itself (no thread left
-  burning a core after the timeout);
+  burning a core after the timeout). The handler runs between instructions only, and one
+  instruction can run for minutes (a LIKE of a long pattern over a long string,
+  `printf('%.*c', 2000000000, 'x')`): in a process that called `publish_deadlines`, each
+  statement's deadline is also written where the parent reads it, and the parent kills the
+  process when a statement outlives it (`acesql.sql.host`). `BatchExecutor` and
+  `ReplicaPool` run SQL that way; `execute` here, in the calling process, does not;
 - bounds the bytes of a result row before it exists: a query first runs with SQLite's length
   limit (`SQLITE_LIMIT_LENGTH`) at `max_bytes` divided by the most columns a result may have
   (`SQLITE_LIMIT_COLUMN`, 2000); one that hits it (a value over 32 KiB by default) runs again
@@ -133,6 +138,15 @@ REFUSED_FUNCTIONS = {
 }
 _LEADING = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.S)
 _ALLOWED_START = ("select", "with", "values")
+_deadline_slot = None  # where this process publishes the running statement's deadline
+
+
+def publish_deadlines(slot) -> None:
+    """From now on, write the deadline (`time.monotonic()` seconds) of the statement this
+    process runs into `slot[0]`, and 0 when none runs: `slot` is shared memory that the
+    parent process reads, to kill this one when SQLite did not stop a statement in time."""
+    global _deadline_slot
+    _deadline_slot = slot
 
 
 @dataclass
@@ -221,7 +235,10 @@ def execute(
 ) -> ExecResult:
     """Run one untrusted SQL statement on `db` (a path, or a connection from `open_sandboxed`).
 
-    A timeout that is not a finite number of seconds > 0 raises ConfigError.
+    It runs in the calling process, where the deadline holds between SQLite instructions
+    only (see the module doc): for SQL that a model or a user wrote, use
+    `BatchExecutor.execute_many`, whose worker is killed at the deadline. A timeout that is
+    not a finite number of seconds > 0 raises ConfigError.
 
     >>> execute(":no-such-file:", "SELECT 1").ok
     False
@@ -263,6 +280,8 @@ def run_with_deadline(conn, sql, start, timeout_s, max_rows, max_bytes) -> ExecR
 def _run(conn, sql, start, timeout_s, max_rows, max_bytes) -> ExecResult:
     deadline = start + timeout_s
     conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
+    if _deadline_slot is not None:
+        _deadline_slot[0] = deadline
     try:
         # First with a length limit that holds for the widest row SQLite allows; only a
         # query that hits it pays for learning its real width, then runs again.
@@ -284,6 +303,8 @@ def _run(conn, sql, start, timeout_s, max_rows, max_bytes) -> ExecResult:
         return ExecResult(ok=False, error=error, timed_out=timed_out, elapsed_s=elapsed)
     finally:
         conn.set_progress_handler(None, 0)
+        if _deadline_slot is not None:
+            _deadline_slot[0] = 0.0
 
 
 def _fetch(conn, sql, start, max_rows, max_bytes) -> ExecResult:
