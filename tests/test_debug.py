@@ -83,6 +83,22 @@ def test_a_management_fix_is_judged_on_the_state_it_leaves(pool, school_db):
     assert not extra.passed and "extra" in extra.reason
 
 
+@pytest.mark.parametrize(
+    "fix",
+    [
+        "CREATE TEMP VIEW student AS SELECT * FROM main.student WHERE NOT (age > 40)",
+        "CREATE TEMP TABLE student AS SELECT * FROM main.student WHERE NOT (age > 40)",
+        "CREATE TEMP TABLE note (x)",
+    ],
+    ids=["temp-view-hides-the-table", "temp-table-hides-the-table", "a-temp-table-beside"],
+)
+def test_a_temp_object_is_part_of_the_state_and_cannot_hide_a_table(pool, school_db, fix):
+    t = task(school_db, "management", solution_sql=["DELETE FROM student WHERE age > 40"])
+    judgment = judge(t, fix, pool)
+    assert not judgment.passed and judgment.reason.startswith("state: schema objects differ")
+    assert "temp" in judgment.reason
+
+
 def test_checks_run_on_both_sides_after_the_fix(pool, school_db):
     t = task(
         school_db,

@@ -28,6 +28,10 @@ FILES = {
     "bool.yaml": b"base: {}\ndata: {synth: {n_databases: true}}\n",
     "fractions.yaml": b"base: {}\ndata: {synth: {dev_fraction: 0.7, ood_fraction: 0.6}}\n",
     "labels.yaml": b"base: {}\ndata: {filtering: {complexities: [ultra]}}\n",
+    "judge-tasks.jsonl": b'{"task_id": "t", "db_id": "school", "db_path": "db.sqlite", '
+    b'"category": "management", "issue": "remove the students over 40", '
+    b'"issue_sql": ["DELETE FROM student"], '
+    b'"solution_sql": ["DELETE FROM student WHERE age > 40"]}\n',
 }
 
 

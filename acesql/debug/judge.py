@@ -93,18 +93,20 @@ def _checks_difference(checks: list[tuple[ExecResult, ExecResult]]) -> str | Non
 def state_difference(mine: Lease, ref: Lease) -> str | None:
     """How the database behind `mine` differs from the one behind `ref`, or None.
 
-    Compared: the schema objects (type, name, table) and every table's and view's rows as
-    a bag (floats to 6 digits).
+    Compared: the schema objects of `main` and `temp` (schema, type, name, table) and every
+    table's and view's rows as a bag (floats to 6 digits), each read by its qualified name:
+    a temporary view or table named like a table would otherwise stand in for it, and a fix
+    that changes nothing would pass.
     """
     objects = [_objects(lease) for lease in (mine, ref)]
     if objects[0] != objects[1]:
         extra = sorted(set(objects[0]) - set(objects[1]))
         missing = sorted(set(objects[1]) - set(objects[0]))
         return f"state: schema objects differ (extra {extra}, missing {missing})"
-    for kind, name, _ in objects[1]:
+    for schema, kind, name, _ in objects[1]:
         if kind not in ("table", "view"):
             continue
-        sql = f"SELECT * FROM {quote_identifier(name)}"
+        sql = f"SELECT * FROM {schema}.{quote_identifier(name)}"
         rows = [_bag(lease.execute(sql)) for lease in (mine, ref)]
         if rows[0] is None or rows[1] is None:
             return f"state: {kind} {name} cannot be compared (error or over {MAX_STATE_ROWS} rows)"
@@ -115,8 +117,10 @@ def state_difference(mine: Lease, ref: Lease) -> str | None:
 
 def _objects(lease: Lease) -> list[tuple]:
     result = lease.execute(
-        "SELECT type, name, tbl_name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
-        "ORDER BY type, name"
+        "SELECT 'main', type, name, tbl_name FROM main.sqlite_master "
+        "WHERE name NOT LIKE 'sqlite_%' UNION ALL "
+        "SELECT 'temp', type, name, tbl_name FROM sqlite_temp_master "
+        "WHERE name NOT LIKE 'sqlite_%' ORDER BY 1, 2, 3"
     )
     return [tuple(r) for r in result.rows]
 
