@@ -80,7 +80,10 @@ BAD = [
         "data: {synth: {dev_fraction: 1.5}}",
         r"data\.synth\.dev_fraction: .*less than 1 \(got 1\.5\)",
     ),
-    ("data: {synth: {profile: huge}}", r"data\.synth\.profile: .*'tiny', 'default', 'large' or 'wide'"),
+    (
+        "data: {synth: {profile: huge}}",
+        r"data\.synth\.profile: .*'tiny', 'default', 'large' or 'wide'",
+    ),
     ("data: {filtering: {max_per_db: -2}}", r"data\.filtering\.max_per_db: .*\(got -2\)"),
     ("data: {filtering: {complexities: simple}}", r"data\.filtering\.complexities: .*list"),
     ("data: {source: spider}", r"data\.path: required when source is spider"),
@@ -225,3 +228,32 @@ def test_unreadable_files(tmp_path, text, message):
         path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_params(path)
+
+
+def _alias_bomb(levels: int) -> str:
+    """`selection.tau` as nested aliases: a few hundred bytes that expand to 10**levels."""
+    lines = ["selection:", "  tau:", "    - &a0 [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]"]
+    for i in range(1, levels):
+        lines.append(f"    - &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_aliases_that_expand_past_a_small_size_are_refused(tmp_path):
+    import time
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_alias_bomb(6))  # a million values from 600 bytes; 9 levels: a billion
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="aliases expand") as refused:
+        load_section(path, "selection")
+    assert time.monotonic() - start < 1 and len(str(refused.value)) < 500
+    path.write_text("selection:\n  tau: &x 0.1\n  temperature: *x\n")  # a few stay usable
+    assert load_section(path, "selection").temperature == 0.1
+
+
+def test_a_long_bad_value_is_cut_in_the_message(tmp_path):
+    path = tmp_path / "long.yaml"
+    path.write_text("selection:\n  tau: " + "x" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match="selection.tau") as refused:
+        load_section(path, "selection")
+    assert len(str(refused.value)) < 800 and "more characters" in str(refused.value)

@@ -28,6 +28,11 @@ FILES = {
     "bool.yaml": b"base: {}\ndata: {synth: {n_databases: true}}\n",
     "fractions.yaml": b"base: {}\ndata: {synth: {dev_fraction: 0.7, ood_fraction: 0.6}}\n",
     "labels.yaml": b"base: {}\ndata: {filtering: {complexities: [ultra]}}\n",
+    "bomb.yaml": b"base: {}\ndata:\n  synth:\n    dev_fraction:\n"
+    + b"      - &a0 [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]\n"
+    + b"".join(
+        b"      - &a%d [" % i + b", ".join([b"*a%d" % (i - 1)] * 10) + b"]\n" for i in range(1, 9)
+    ),
     "judge-tasks.jsonl": b'{"task_id": "t", "db_id": "school", "db_path": "db.sqlite", '
     b'"category": "management", "issue": "remove the students over 40", '
     b'"issue_sql": ["DELETE FROM student"], '

@@ -124,9 +124,21 @@ def _no_empty_sections(raw: dict, path) -> None:
         )
 
 
+MAX_EXPANDED_NODES = 100_000  # values and keys a params file may hold once aliases expand
+MAX_QUOTED_CHARS = 200  # of an input value quoted in an error message
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, except that a key written twice in one mapping is an error (the
-    plain loader keeps the last value silently)."""
+    plain loader keeps the last value silently), and so is a document whose aliases expand
+    past `MAX_EXPANDED_NODES` (a few hundred bytes of nested aliases can stand for a billion
+    values, which validating or quoting in an error would exhaust memory on)."""
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _expanded_size(node, {}, set())
+        return node
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -138,6 +150,44 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+def _expanded_size(node, sizes: dict, open_nodes: set) -> int:
+    """The nodes `node` stands for once its aliases are expanded (an alias is the node it
+    names, shared: each is counted once per use); ConstructorError past the bound or on a
+    node that contains itself."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_nodes:
+        raise yaml.constructor.ConstructorError(
+            None, None, "an alias refers to a node that contains it", node.start_mark
+        )
+    open_nodes.add(key)
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, sizes, open_nodes) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            size += _expanded_size(k, sizes, open_nodes) + _expanded_size(v, sizes, open_nodes)
+    open_nodes.discard(key)
+    if size > MAX_EXPANDED_NODES:
+        raise yaml.constructor.ConstructorError(
+            None,
+            None,
+            f"aliases expand to more than {MAX_EXPANDED_NODES:,} values; write the values out",
+            node.start_mark,
+        )
+    sizes[key] = size
+    return size
+
+
+def _quoted(value) -> str:
+    """`repr(value)`, cut to `MAX_QUOTED_CHARS`."""
+    text = repr(value)
+    if len(text) <= MAX_QUOTED_CHARS:
+        return text
+    return f"{text[:MAX_QUOTED_CHARS]}... ({len(text) - MAX_QUOTED_CHARS:,} more characters)"
 
 
 def _read(path: str | Path) -> dict:
@@ -174,7 +224,9 @@ def _explain(exc: ValidationError, model: type[BaseModel], prefix: tuple, path) 
             lines.append(f"{where}: required")
         else:
             message = error["msg"].removeprefix("Value error, ")
-            lines.append(f"{where}: {message}" + (f" (got {value!r})" if value is not None else ""))
+            lines.append(
+                f"{where}: {message}" + (f" (got {_quoted(value)})" if value is not None else "")
+            )
     return f"{path} is invalid:\n  " + "\n  ".join(lines)
 
 
