@@ -92,3 +92,44 @@ def test_load_synsql(synsql_dir):
     (synsql_dir / "data.json").unlink()
     with pytest.raises(DataError, match="questions file not found"):
         load_synsql(synsql_dir)
+
+
+GOOD_QUESTION = {"db_id": "school", "question": "How many?", "query": "SELECT 1"}
+GOOD_TABLES = [{"db_id": "school", "table_names_original": [], "column_names_original": []}]
+# (dev.json, tables.json, what the one-line error says); bytes are written as they are
+MALFORMED_DATASETS = [
+    (
+        b'[{"db_id": "school", "question": "\xff", "query": "SELECT 1"}]',
+        GOOD_TABLES,
+        "dev.json is not UTF-8",
+    ),
+    (["How many?"], GOOD_TABLES, "dev.json: question #0 is not a JSON object (got str)"),
+    (
+        [GOOD_QUESTION | {"db_id": 5}],
+        GOOD_TABLES,
+        "dev.json: question #0: db_id must be a string, got 5",
+    ),
+    (
+        [GOOD_QUESTION | {"query": None}],
+        GOOD_TABLES,
+        "dev.json: question #0: query must be a string, got None",
+    ),
+    ([GOOD_QUESTION], [{"table_names_original": []}], "tables.json: entry #0 has no db_id"),
+    ([GOOD_QUESTION], {"school": GOOD_TABLES[0]}, "tables.json must hold a JSON list of databases"),
+    ([GOOD_QUESTION], [5], "tables.json: entry #0 is not a JSON object (got int)"),
+    ([GOOD_QUESTION], b'[{"db_id": "\xff"}]', "tables.json is not UTF-8"),
+]
+
+
+@pytest.mark.parametrize(
+    "questions,tables,message", MALFORMED_DATASETS, ids=[m for *_, m in MALFORMED_DATASETS]
+)
+def test_a_malformed_dataset_is_one_data_error_naming_file_and_record(
+    tmp_path, questions, tables, message
+):
+    for name, content in (("dev.json", questions), ("tables.json", tables)):
+        data = content if isinstance(content, bytes) else json.dumps(content).encode()
+        (tmp_path / name).write_bytes(data)
+    with pytest.raises(DataError) as refused:
+        load_dataset(tmp_path, "spider", "dev")
+    assert message in str(refused.value) and "\n" not in str(refused.value)

@@ -92,7 +92,7 @@ def load_spider(root: str | Path, split: str = "dev") -> Dataset:
         path = root / name
         if name == "train_others.json" and not path.exists():
             continue
-        records.extend(_read_json_list(path))
+        records.extend(_read_json_list(path, "query"))
     tables = load_tables_json(root / "tables.json")
     examples = [_example(i, r, root / "database", sql_key="query") for i, r in enumerate(records)]
     return Dataset(f"spider-{split}", examples, tables)
@@ -101,7 +101,7 @@ def load_spider(root: str | Path, split: str = "dev") -> Dataset:
 def load_bird(root: str | Path, split: str = "dev") -> Dataset:
     root = _check_root(root)
     _check_split("bird", split)
-    records = _read_json_list(root / f"{split}.json")
+    records = _read_json_list(root / f"{split}.json", "SQL")
     tables = load_tables_json(root / f"{split}_tables.json")
     db_dir = root / f"{split}_databases"
     examples = [
@@ -123,7 +123,7 @@ def load_synth(root: str | Path, split: str = "train") -> Dataset:
     root = _check_root(root)
     _check_split("synth", split)
     path = root / f"{split}.json"
-    records = _read_json_list(path)
+    records = _read_json_list(path, "sql")
     tables = load_tables_json(root / "tables.json")
     examples = [
         _example(
@@ -145,7 +145,7 @@ def load_synsql(root: str | Path, split: str = "train") -> Dataset:
     """SynSQL-2.5M. Its complexity labels ("Highly Complex") are lower-cased to the generator's."""
     root = _check_root(root)
     _check_split("synsql", split)
-    records = _read_json_list(root / "data.json")
+    records = _read_json_list(root / "data.json", "sql")
     tables = load_tables_json(root / "tables.json")
     examples = [
         _example(
@@ -189,26 +189,57 @@ def _check_root(root) -> Path:
     return root
 
 
-def _read_json_list(path: Path) -> list[dict]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise DataError(f"questions file not found: {path}") from exc
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path} is not valid JSON: {exc}") from exc
+def _read_json_list(path: Path, sql_key: str) -> list[dict]:
+    """The questions of a JSON file: a list of objects with string `db_id`, `question` and
+    `sql_key`, or DataError naming the file and the first record that is not one."""
+    data = read_json(path, "questions file")
     if not isinstance(data, list):
         raise DataError(f"{path} must hold a JSON list of questions")
+    for i, record in enumerate(data):
+        if not isinstance(record, dict):
+            raise DataError(
+                f"{path}: question #{i} is not a JSON object (got {type(record).__name__})"
+            )
+        for key in ("db_id", "question", sql_key):
+            if key not in record:
+                raise DataError(f"{path}: question #{i} lacks the field {key!r}")
+            if not isinstance(record[key], str):
+                raise DataError(
+                    f"{path}: question #{i}: {key} must be a string, got {short_repr(record[key])}"
+                )
     return data
 
 
-def _example(i, record, db_dir: Path, sql_key: str, **fields) -> Example:
+def read_json(path: Path, what: str):
+    """The JSON value in `path`; DataError, one line, when it is missing, not UTF-8 or not
+    JSON. `what` names the file in the message when it is missing."""
     try:
-        db_id, question, sql = record["db_id"], record["question"], record[sql_key]
-    except KeyError as exc:
-        raise DataError(f"question #{i} lacks the field {exc}") from exc
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise DataError(f"{what} not found: {path}") from exc
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 (byte {exc.start}: {exc.reason})") from exc
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path} is not valid JSON: {exc}") from exc
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _example(i, record, db_dir: Path, sql_key: str, **fields) -> Example:
+    db_id, question, sql = record["db_id"], record["question"], record[sql_key]
     db_path = db_dir / db_id / f"{db_id}.sqlite"
     unusable = None if db_path.is_file() else "database missing"
     return Example(i, db_id, question, sql, str(db_path), unusable=unusable, **fields)
+
+
+def short_repr(value, limit: int = 80) -> str:
+    """`repr(value)`, cut to `limit` characters for an error message.
+
+    >>> short_repr(5), short_repr("x" * 100, 10)
+    ('5', "'xxxxxxxx...")
+    """
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "..."
 
 
 def _gold_columns(path: Path, i: int, record: dict) -> list[str]:
@@ -235,7 +266,7 @@ def parse_jsonl(lines: Iterable[str], source: str | Path) -> list[dict]:
 
 
 def read_prepared(path: str | Path) -> list[Example]:
-    """The examples of a prepared split (`data/prepared/<split>.jsonl`, written by the data stage)."""
+    """The examples of a prepared split (`data/prepared/<split>.jsonl`, the data stage's)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"prepared split not found: {path} (run the data stage: dvc repro data)")

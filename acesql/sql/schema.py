@@ -346,14 +346,25 @@ class Schema:
 
 
 def load_tables_json(path: str | Path) -> dict[str, dict]:
-    """Read a Spider/BIRD tables file into `{db_id: entry}`."""
+    """Read a Spider/BIRD tables file into `{db_id: entry}`; DataError, naming the file and the
+    entry, when it is not a list of objects with a string `db_id`."""
     path = Path(path)
     try:
-        entries = json.loads(path.read_text())
+        entries = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise DataError(f"tables file not found: {path}") from exc
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 (byte {exc.start}: {exc.reason})") from exc
     except json.JSONDecodeError as exc:
         raise DataError(f"tables file {path} is not valid JSON: {exc}") from exc
+    if not isinstance(entries, list):
+        raise DataError(f"{path} must hold a JSON list of databases, one object each")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise DataError(f"{path}: entry #{i} is not a JSON object (got {type(entry).__name__})")
+        if not isinstance(entry.get("db_id"), str):
+            problem = "has no db_id" if "db_id" not in entry else "has a db_id that is no string"
+            raise DataError(f"{path}: entry #{i} {problem}")
     return {e["db_id"]: e for e in entries}
 
 
