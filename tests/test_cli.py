@@ -426,14 +426,16 @@ def test_metrics_prints_each_stages_headline_numbers_one_per_line(tmp_path):
     args = ["metrics", "--lock", str(tmp_path / "dvc.lock")]
     shown = CliRunner().invoke(cli, args)
     assert shown.exit_code == 0, shown.output
-    lines = [line.split() for line in shown.output.splitlines()]
-    assert lines == [  # pipeline order, whatever dvc.lock's
+    *numbers, last = shown.output.splitlines()
+    assert [line.split() for line in numbers] == [  # pipeline order, whatever dvc.lock's
         ["sft", "steps", "21"],
         ["sft", "final_loss", "0.25"],
         ["evaluate", "dev.n", "4"],
         ["evaluate", "dev.pipeline_ex", "0.5"],
     ]
+    assert last.startswith("no outputs here for: data (dvc.lock records them")
     every = json.loads(CliRunner().invoke(cli, [*args, "--all", "--json"]).output)
     assert every["evaluate"]["dev.by_complexity.simple.pipeline_ex"] == 1.0
+    assert every["data"] == {}
     missing = CliRunner().invoke(cli, ["metrics", "--lock", str(tmp_path / "nope.lock")])
     assert missing.exit_code == 2 and "run the pipeline first" in missing.output

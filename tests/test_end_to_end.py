@@ -160,13 +160,32 @@ def test_eval_cli_with_the_tiny_model(synth_dir, tiny_model_dir, tmp_path):
     assert (metrics["retriever_samples"], metrics["vote_threshold"]) == (2, 0.25)
     assert len(json.loads((out / "predict_dev.json").read_text())) == 3
     assert "<img" in (out / "report.html").read_text()
+    # a second run with another token cap, logged to MLflow: the comparison names the setting
+    store = tmp_path / "mlflow.db"
+    again = tmp_path / "eval-b"
+    argv = proc.args[:]
+    argv[argv.index("--max-new-tokens") + 1] = "9"
+    argv[argv.index("--out") + 1] = str(again)
+    logged = subprocess.run(
+        [*argv, "--track", "--tracking-uri", f"sqlite:///{store}"], capture_output=True, text=True
+    )
+    assert logged.returncode == 0, logged.stderr
     compared = subprocess.run(
-        [sys.executable, "-m", "acesql.cli", "eval", "compare", str(out), str(out)],
+        [sys.executable, "-m", "acesql.cli", "eval", "compare", str(out), str(again)],
         capture_output=True,
         text=True,
     )
     assert compared.returncode == 0, compared.stderr
+    assert "run with different settings: engine.max_new_tokens (A: 8, B: 9)" in compared.stdout
     assert re.search(r"pipeline EX\s+\S+%\s+\S+%\s+\+0\.0", compared.stdout)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{store}")
+    (run,) = client.search_runs([client.get_experiment_by_name("acesql").experiment_id])
+    assert run.data.metrics["dev/usable"] == 3 and run.data.params["max_new_tokens"] == "9"
+    assert {"rows.jsonl", "settings.json"} <= {
+        a.path for a in client.list_artifacts(run.info.run_id)
+    }
     missing = subprocess.run(
         [sys.executable, "-m", "acesql.cli", "eval", "--model", str(tiny_model_dir)],
         capture_output=True,

@@ -180,7 +180,12 @@ def answers_command(run_ref, tracking_uri):
 @click.option(
     "--model", callback=model_folder, help="Model folder (or models/base with its redirect)."
 )
-@click.option("--dataset", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--dataset",
+    type=click.Path(exists=True, file_okay=False),
+    help="The dataset folder (a Spider, BIRD or SynSQL layout, data/synth, data/wide, or "
+    "data/debug for --format debug).",
+)
 @click.option(
     "--format",
     "fmt",
@@ -306,8 +311,13 @@ def answers_command(run_ref, tracking_uri):
     "--tracking-uri",
     default="sqlite:///mlflow.db",
     show_default=True,
-    hidden=True,
-    help="MLflow store that --compare, --audit-sweep and --selections look run ids up in.",
+    help="MLflow store the evaluation is logged to (with --track).",
+)
+@click.option(
+    "--track/--no-track",
+    default=None,
+    help="Log the evaluation to MLflow as a run (settings, metrics, and with --out its "
+    "files).  [default: on when MLFLOW_TRACKING_URI is set or the store already exists]",
 )
 def evaluate_model(
     model,
@@ -338,6 +348,7 @@ def evaluate_model(
     audit_sweep,
     selections,
     tracking_uri,
+    track,
 ):
     """Evaluate MODEL in both roles on a dataset split and print the metrics.
 
@@ -426,10 +437,35 @@ def evaluate_model(
         sql_format=sql_format,
         candidates_from=candidates_from,
     ) as evaluator:
-        summary = evaluator.evaluate(
-            examples, dataset=dataset, split=split, out=out, chunk_size=chunk_size
-        )
+        tracker = _eval_tracker(track, tracking_uri)
+        with tracker.start_run(f"eval {split}", params=evaluator.settings, tags={"model": model}):
+            summary = evaluator.evaluate(
+                examples, dataset=dataset, split=split, out=out, chunk_size=chunk_size
+            )
+            _log_evaluation(tracker, summary, split, out)
     echo_json(summary)
+
+
+def _eval_tracker(track: bool | None, tracking_uri: str):
+    """MLflow when asked, or by default when a store is configured (MLFLOW_TRACKING_URI) or
+    already there (a sqlite file that exists): an evaluation never creates a store unasked."""
+    from acesql.tracking import MlflowTracker, NullTracker
+
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or tracking_uri
+    if track is None:
+        local = uri.startswith("sqlite:///") and Path(uri.removeprefix("sqlite:///")).is_file()
+        track = bool(os.environ.get("MLFLOW_TRACKING_URI")) or local
+    return MlflowTracker(uri, "acesql") if track else NullTracker()
+
+
+def _log_evaluation(tracker, summary: dict, split: str, out: str | None) -> None:
+    """The evaluate stage's metric keys and, from a result folder, its files."""
+    from acesql.stages.evaluate import REPORT_FILES, metric_keys
+
+    tracker.log_metrics(metric_keys(summary, split))
+    if out is not None and (Path(out) / "metrics.json").is_file():
+        for name in REPORT_FILES:
+            tracker.log_artifact(Path(out) / name)
 
 
 def _compare(a: str, b: str, tracking_uri: str) -> None:
@@ -445,11 +481,12 @@ def _compare(a: str, b: str, tracking_uri: str) -> None:
         load_evaluation,
         load_rows,
         paired_table,
+        settings_note,
         unfinished_note,
     )
 
     left, right = (load_evaluation(c, tracking_uri) for c in (a, b))
-    for note in filter(None, map(unfinished_note, (a, b))):
+    for note in filter(None, [*map(unfinished_note, (a, b)), settings_note(a, b)]):
         click.echo(note)
     click.echo(compare_table(left, right, a, b))
     paired = paired_table(*(load_rows(c, tracking_uri) for c in (a, b)))
@@ -576,7 +613,7 @@ def metrics(every, as_json, lock):
     if as_json:
         echo_json(numbers)
         return
-    if not numbers:
+    if not any(numbers.values()):
         click.echo(f"no stage of {lock} has written its outputs here yet")
         return
     width = max(len(key) for stage in numbers.values() for key in stage)
@@ -584,6 +621,12 @@ def metrics(every, as_json, lock):
         for key, value in values.items():
             shown = int(value) if value.is_integer() else f"{value:.4g}"
             click.echo(f"{stage:<12}{key:<{width + 2}}{shown}")
+    missing = [stage for stage, values in numbers.items() if not values]
+    if missing:
+        click.echo(
+            f"no outputs here for: {', '.join(missing)} (dvc.lock records them: `dvc pull` "
+            "or `dvc repro` brings them)"
+        )
 
 
 @click.command("run")

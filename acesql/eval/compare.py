@@ -23,7 +23,7 @@ from pathlib import Path
 from acesql.data.loaders import parse_jsonl
 from acesql.errors import DataError
 from acesql.eval.metrics import COUNTS, SCORE_LABELS, level_key, summarize
-from acesql.eval.runner import read_unfinished
+from acesql.eval.runner import SETTINGS_FILE, read_unfinished
 from acesql.paired import paired_difference
 
 LEVEL_ROWS = ("usable", "answer_ex", "pipeline_ex", "full_schema_ex", "maj_ex", "generator_ex")
@@ -292,6 +292,50 @@ def paired_table(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> str:
                 + (f"  (n={r.n})" if r.n != len(common) else "")
             )
     return "\n".join(lines)
+
+
+def settings_note(ref_a: str, ref_b: str) -> str | None:
+    """A line naming the settings two result folders were evaluated with differently (their
+    `settings.json`), or None when they match or a side has none (a run id, an older folder).
+    """
+    sides = [_settings(Path(ref)) for ref in (ref_a, ref_b)]
+    if any(side is None for side in sides):
+        return None
+    a, b = (_flat_settings(side) for side in sides)
+    differ = [
+        f"{k} (A: {a.get(k)}, B: {b.get(k)})"
+        for k in sorted(set(a) | set(b))
+        if a.get(k) != b.get(k)
+    ]
+    return f"note: run with different settings: {'; '.join(differ)}" if differ else None
+
+
+def _settings(path: Path) -> dict | None:
+    file = path / SETTINGS_FILE
+    if not file.is_file():
+        return None
+    try:
+        settings = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{file} is not a JSON object of settings: {exc}") from exc
+    if not isinstance(settings, dict):
+        raise DataError(f"{file} is not a JSON object of settings")
+    return settings
+
+
+def _flat_settings(settings: dict, prefix: str = "") -> dict:
+    """`{"selection": {"tau": 0.05}}` as `{"selection.tau": 0.05}`.
+
+    >>> _flat_settings({"seed": 0, "engine": {"batch_size": 8}})
+    {'seed': 0, 'engine.batch_size': 8}
+    """
+    flat = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flat.update(_flat_settings(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def unfinished_note(ref: str) -> str | None:

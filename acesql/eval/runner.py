@@ -18,6 +18,8 @@ Until then `read_unfinished` gives the finished rows (`acesql eval --compare` re
 When every chunk is done the folder holds:
 
 - `metrics.json`: the summary (`acesql.eval.metrics`), with model, dataset, split and time;
+- `settings.json`: every setting that decides the rows (what the resume fingerprint covers),
+  so a comparison can say where two evaluations were run differently;
 - `rows.jsonl`: one row per question (`acesql.eval.end_to_end`);
 - `predict_dev.json`: the pipeline's SQL in BIRD's official format;
 - `report.html`: the report (`acesql.eval.report`), with its plots embedded.
@@ -47,6 +49,7 @@ from acesql.memory import release_free_heap
 from acesql.storage import file_sha256
 
 CHUNK_SIZE = 16  # questions per saved chunk: the work a kill can lose
+SETTINGS_FILE = "settings.json"
 
 
 def evaluate_to_folder(
@@ -151,7 +154,7 @@ def evaluate_to_folder(
                 file=sys.stderr,
             )
             return summary, rows
-        _write_folder(out, summary, rows)
+        _write_folder(out, summary, rows, settings)
         partial.unlink()
         return summary, rows
 
@@ -184,9 +187,10 @@ class _Watched:
         return getattr(self.engine, name)
 
 
-def _write_folder(out: Path, summary: dict, rows: list[dict]) -> None:
+def _write_folder(out: Path, summary: dict, rows: list[dict], settings: dict) -> None:
     """A finished evaluation's files (see the module docstring)."""
     _write_json(out / "metrics.json", summary)
+    _write_json(out / SETTINGS_FILE, settings)
     with (out / "rows.jsonl").open("w") as fh:
         for row in rows:
             fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")

@@ -24,7 +24,7 @@ from acesql.eval.session import Evaluator
 from acesql.stages.common import run_stage
 
 SECTIONS = ("base", "base_model", "prompt", "evaluate", "selection")
-REPORT_FILES = ("metrics.json", "rows.jsonl", "predict_dev.json", "report.html")
+REPORT_FILES = ("metrics.json", "settings.json", "rows.jsonl", "predict_dev.json", "report.html")
 
 
 def work(s: dict, tracker, split: str | None = None) -> dict:

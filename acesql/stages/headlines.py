@@ -120,7 +120,8 @@ def lock_stages(lock: str | Path) -> dict[str, dict]:
 
 
 def pipeline_numbers(lock: str | Path, root: Path = Path(), every: bool = False) -> dict:
-    """`{stage: {key: value}}` of every stage dvc.lock records, in pipeline order."""
+    """`{stage: {key: value}}` of every stage dvc.lock records, in pipeline order; a stage
+    whose outputs are not here (not pulled, or removed) maps to {}."""
     order = list(HEADLINES)  # pipeline order; stages it does not name come last
     stages = sorted(
         dict.fromkeys(name.partition("@")[0] for name in lock_stages(lock)),
@@ -129,6 +130,5 @@ def pipeline_numbers(lock: str | Path, root: Path = Path(), every: bool = False)
     numbers = {}
     for stage in stages:
         found = stage_headlines(lock, stage, root, every)
-        if found:
-            numbers[stage] = {key.removeprefix(f"{stage}."): v for key, v in found.items()}
+        numbers[stage] = {key.removeprefix(f"{stage}."): v for key, v in found.items()}
     return numbers
