@@ -264,3 +264,90 @@ def test_the_debug_commands(tmp_path, school_db):
         ],
     )
     assert json.loads(imported.output)["tasks"] == 3 and len(read_tasks(out)) == 3
+
+
+def _task_line(school_db, **fields) -> bytes:
+    return (json.dumps(task(school_db).to_dict() | fields) + "\n").encode()
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (lambda db: b"[1]\n", "tasks.jsonl:1: not a JSON object (got list)"),
+        (lambda db: b'{"task_id": "\xff"}\n', "tasks.jsonl is not UTF-8"),
+        (
+            lambda db: _task_line(db, solution_sql="DELETE FROM student"),
+            "tasks.jsonl:1: task 't1': solution_sql must be a list of SQL statements, got a str",
+        ),
+        (
+            lambda db: _task_line(db, preprocess_sql="DELETE FROM student"),
+            "tasks.jsonl:1: task 't1': preprocess_sql must be a list of SQL statements, got a str",
+        ),
+    ],
+    ids=["a-list", "not-utf8", "solution-a-string", "preprocess-a-string"],
+)
+def test_a_malformed_tasks_file_is_one_data_error_naming_the_line(
+    tmp_path, school_db, content, message
+):
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(content(school_db))
+    with pytest.raises(DataError) as refused:
+        read_tasks(path)
+    assert message in str(refused.value)
+
+
+def test_a_fix_file_that_is_not_utf8_is_refused_in_one_line(
+    tmp_path, school_db, monkeypatch, capsys
+):
+    import sys
+
+    from acesql.cli import main
+
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks(tasks_file, [task(school_db)])
+    fix = tmp_path / "fix.sql"
+    fix.write_bytes(b"SELECT '\xff'")
+    argv = ["acesql", "debug", "judge", "--tasks", str(tasks_file), "--id", "t1"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--fix-file", str(fix)])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    output = capsys.readouterr().err
+    assert exited.value.code == 2 and "fix.sql is not UTF-8" in output
+    assert output.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        (
+            b'{"selected_database": 5, "sol_sql": ["SELECT 1"]}',
+            "bad.jsonl:1: selected_database must be a string, got 5",
+        ),
+        (
+            b'{"db_id": "school", "sol_sql": 5, "issue_sql": ["SELECT 2"]}',
+            "bad.jsonl:1: sol_sql must be a string or a list of strings, got 5",
+        ),
+        (b'{"db_id": "school", "query": "\xff"}', "bad.jsonl is not UTF-8"),
+    ],
+    ids=["database-a-number", "solution-a-number", "not-utf8"],
+)
+def test_a_malformed_bird_critic_record_is_one_data_error(tmp_path, school_db, line, message):
+    from acesql.debug.bird_critic import load_bird_critic
+
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(line + b"\n")
+    with pytest.raises(DataError) as refused:
+        load_bird_critic(path, school_db.parent.parent)
+    assert message in str(refused.value)
+
+
+def test_a_statement_too_deep_to_translate_is_counted_not_fatal(tmp_path, school_db):
+    from acesql.debug.bird_critic import load_bird_critic
+
+    fixture = Path(__file__).parent / "fixtures" / "bird_critic_sample.jsonl"
+    deep = "SELECT " + "(" * 3000 + "1" + ")" * 3000
+    record = {"db_id": "school", "dialect": "MySQL", "issue_sql": deep, "sol_sql": deep}
+    path = tmp_path / "deep.jsonl"
+    path.write_text(fixture.read_text() + json.dumps(record) + "\n")
+    tasks, skipped = load_bird_critic(path, school_db.parent.parent)
+    assert len(tasks) == 3 and skipped["transpile_failed"] == 2

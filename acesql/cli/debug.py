@@ -44,12 +44,21 @@ def debug_judge(tasks_file, task_id, fix, fix_file, timeout_s):
     if (fix is None) == (fix_file is None):
         raise click.UsageError("give exactly one of --fix and --fix-file")
     task = _find_task(tasks_file, task_id)
-    text = fix if fix is not None else Path(fix_file).read_text(encoding="utf-8")
+    text = fix if fix is not None else _read_fix(fix_file)
     with (
         tempfile.TemporaryDirectory(prefix="acesql-replicas-") as scratch,
         ReplicaPool(scratch, timeout_s=check_timeout(timeout_s)) as pool,
     ):
         echo_json({"task_id": task.task_id, **judge(task, text, pool).to_dict()})
+
+
+def _read_fix(path) -> str:
+    from acesql.errors import DataError
+
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 (byte {exc.start}: {exc.reason})") from exc
 
 
 @debug.command("show")

@@ -24,6 +24,7 @@ from pathlib import Path
 import sqlglot
 from sqlglot.errors import SqlglotError
 
+from acesql.data.loaders import short_repr
 from acesql.debug.task import CATEGORIES, DebugTask
 from acesql.errors import DataError
 from acesql.sql.replicas import split_statements
@@ -52,23 +53,47 @@ def load_bird_critic(
     path, db_root = Path(path), Path(db_root)
     if not path.is_file():
         raise DataError(f"no BIRD-CRITIC file at {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 (byte {exc.start}: {exc.reason})") from exc
     tasks, skipped = [], Counter()
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except ValueError as exc:
             raise DataError(f"{path}:{number}: not JSON ({exc})") from exc
-        db = isinstance(record, dict) and (record.get("selected_database") or record.get("db_id"))
-        if not db:
-            raise DataError(f"{path}:{number}: no selected_database / db_id")
+        problem = _record_problem(record)
+        if problem:
+            raise DataError(f"{path}:{number}: {problem}")
+        db = record.get("selected_database") or record.get("db_id")
         task, reason = _task(record, db, db_root, dialect, split, number)
         if task is None:
             skipped[reason] += 1
         else:
             tasks.append(task)
     return tasks, skipped
+
+
+def _record_problem(record) -> str | None:
+    """What makes `record` no BIRD-CRITIC task, or None."""
+    if not isinstance(record, dict):
+        return f"not a JSON object (got {type(record).__name__})"
+    for key in ("selected_database", "db_id"):
+        if record.get(key) is not None and not isinstance(record[key], str):
+            return f"{key} must be a string, got {short_repr(record[key])}"
+    if not (record.get("selected_database") or record.get("db_id")):
+        return "no selected_database / db_id"
+    for key in ("sol_sql", "issue_sql", "error_sql", "preprocess_sql"):
+        value = record.get(key)
+        if value is not None and not (
+            isinstance(value, str)
+            or (isinstance(value, list) and all(isinstance(s, str) for s in value))
+        ):
+            return f"{key} must be a string or a list of strings, got {short_repr(value)}"
+    return None
 
 
 def _task(record: dict, db: str, db_root: Path, dialect: str, split: str, number: int):
@@ -92,7 +117,7 @@ def _task(record: dict, db: str, db_root: Path, dialect: str, split: str, number
             _to_sqlite(statements, source)
             for statements in (issue_sql, solution, _statements(record.get("preprocess_sql")))
         )
-    except SqlglotError:
+    except (SqlglotError, RecursionError):  # a statement nested too deep for the parser
         return None, "transpile_failed"
     category = str(record.get("category") or _category(solution)).strip().lower()
     if category not in CATEGORIES:
@@ -113,14 +138,13 @@ def _task(record: dict, db: str, db_root: Path, dialect: str, split: str, number
 
 
 def _statements(value) -> list[str]:
-    """A field's statements, whether it holds one string or a list of them."""
+    """A field's statements, whether it holds one string or a list of them (`_record_problem`
+    refused anything else)."""
     if value is None:
         return []
-    items = [value] if isinstance(value, str) else list(value)
     out = []
-    for item in items:
-        if isinstance(item, str):
-            out += split_statements(item)
+    for item in [value] if isinstance(value, str) else value:
+        out += split_statements(item)
     return out
 
 

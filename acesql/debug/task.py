@@ -47,16 +47,25 @@ class DebugTask:
             raise DataError(
                 f"task {self.task_id}: category {self.category!r} is none of {list(CATEGORIES)}"
             )
-        for name in ("issue_sql", "solution_sql"):
+        for name in ("issue_sql", "solution_sql", "preprocess_sql", "checks"):
             value = getattr(self, name)
-            if not value or not all(isinstance(s, str) and s.strip() for s in value):
-                raise DataError(f"task {self.task_id}: {name} must be a non-empty list of SQL")
+            if not isinstance(value, list):
+                raise DataError(
+                    f"task {self.task_id!r}: {name} must be a list of SQL statements, got a "
+                    f"{type(value).__name__}"
+                )
+            if not all(isinstance(s, str) and s.strip() for s in value):
+                raise DataError(f"task {self.task_id!r}: {name} holds a statement that is no SQL")
+            if not value and name in ("issue_sql", "solution_sql"):
+                raise DataError(f"task {self.task_id!r}: {name} must be a non-empty list of SQL")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> DebugTask:
+        if not isinstance(data, dict):
+            raise DataError(f"not a JSON object (got {type(data).__name__})")
         known = cls.__dataclass_fields__
         unknown = sorted(set(data) - set(known))
         if unknown:
@@ -83,8 +92,12 @@ def read_tasks(path: str | Path) -> list[DebugTask]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"no debugging tasks at {path}: run the debug_data stage first")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 (byte {exc.start}: {exc.reason})") from exc
     tasks = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
