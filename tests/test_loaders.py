@@ -133,3 +133,15 @@ def test_a_malformed_dataset_is_one_data_error_naming_file_and_record(
     with pytest.raises(DataError) as refused:
         load_dataset(tmp_path, "spider", "dev")
     assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_jsonl_that_is_not_utf8_is_a_data_error_naming_the_file(tmp_path):
+    from acesql.data.loaders import parse_jsonl
+
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"question": "a"}\n{"question": "\xff"}\n')
+    with (
+        path.open(encoding="utf-8") as fh,
+        pytest.raises(DataError, match="events.jsonl is not UTF-8"),
+    ):
+        parse_jsonl(fh, path)

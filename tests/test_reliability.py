@@ -38,6 +38,8 @@ FILES = {
     "db-id-5/tables.json": b"[]",
     "tables-object/dev.json": b'[{"db_id": "db", "question": "How many?", "query": "SELECT 1"}]',
     "tables-object/tables.json": b'{"db": {"db_id": "db"}}',
+    "tasks-list.jsonl": b"[1]\n",
+    "critic-db-5.jsonl": b'{"selected_database": 5, "sol_sql": ["SELECT 1"]}\n',
     "judge-tasks.jsonl": b'{"task_id": "t", "db_id": "school", "db_path": "db.sqlite", '
     b'"category": "management", "issue": "remove the students over 40", '
     b'"issue_sql": ["DELETE FROM student"], '

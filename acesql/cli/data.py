@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from acesql.cli.options import COUNT, echo_json
+from acesql.cli.options import COUNT, build_section, echo_json
 
 
 @click.group()
@@ -41,6 +41,9 @@ def data():
     "--workers", default=1, show_default=True, type=COUNT, help="Processes building databases."
 )
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option(
+    "--force", is_flag=True, help="Replace OUT even when it holds files this command did not write."
+)
 def data_synth(
     out,
     n_databases,
@@ -52,27 +55,56 @@ def data_synth(
     ood_fraction,
     workers,
     progress,
+    force,
 ):
     """Generate SQLite databases, questions and gold SQL (Spider-like layout); print a summary.
 
-    An existing OUT folder is replaced whole, and only once the new dataset is complete.
+    An existing OUT folder is replaced whole, and only once the new dataset is complete; one
+    that holds anything but such a dataset is refused unless --force.
     """
+    from acesql.config import SynthSection
     from acesql.data.synth.generate import SynthConfig, generate_dataset
     from acesql.staging import replace_dir
 
-    config = SynthConfig(
+    section = build_section(
+        SynthSection,
         n_databases=n_databases,
         questions_per_db=questions_per_db,
-        seed=seed,
         profile=profile,
         ood_domains=tuple(d.strip() for d in ood_domains.split(",") if d.strip()),
         dev_fraction=dev_fraction,
         ood_fraction=ood_fraction,
-        workers=workers,
     )
-    with replace_dir(Path(out)) as new:
+    out_dir = _replaceable(Path(out), force)
+    config = SynthConfig(seed=seed, workers=workers, **section.model_dump())
+    with replace_dir(out_dir) as new:
         summary = generate_dataset(new, config, progress=progress)
     echo_json(summary)
+
+
+def _replaceable(out: Path, force: bool) -> Path:
+    """`out`, resolved, when `data synth` may replace it whole; BadParameter otherwise: it is
+    this folder or holds it, or it holds files of something else than a generated dataset."""
+    from acesql.data.loaders import SPLITS
+
+    resolved, here = out.resolve(), Path.cwd().resolve()
+    if resolved == here or resolved in here.parents:
+        raise click.BadParameter(
+            f"{out} is this folder or holds it, and OUT is replaced whole: name a new folder, "
+            "such as ./synth",
+            param_hint="--out",
+        )
+    written = {"tables.json", "databases", *(f"{split}.json" for split in SPLITS["synth"])}
+    present = resolved.iterdir() if resolved.is_dir() else ()
+    others = sorted(p.name for p in present if p.name not in written)
+    if others and not force:
+        raise click.BadParameter(
+            f"{out} holds files a generated dataset has not ({', '.join(others[:3])}"
+            f"{', ...' if len(others) > 3 else ''}) and OUT is replaced whole: give a new "
+            "folder, or --force to delete them",
+            param_hint="--out",
+        )
+    return resolved
 
 
 @data.command("prompt-lengths")

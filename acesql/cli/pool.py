@@ -38,7 +38,7 @@ def pool_replay(gamma, events):
     from acesql.data.loaders import parse_jsonl
     from acesql.rl.pool import replay
 
-    with click.open_file(events) as fh:
+    with click.open_file(events, encoding="utf-8") as fh:
         parsed = parse_jsonl(fh, events)
     try:
         result = replay(parsed, gamma=gamma)

@@ -250,9 +250,10 @@ def _gold_columns(path: Path, i: int, record: dict) -> list[str]:
 
 
 def parse_jsonl(lines: Iterable[str], source: str | Path) -> list[dict]:
-    """One JSON object per non-blank line; a bad line is a DataError naming `source:line`."""
+    """One JSON object per non-blank line; a bad line is a DataError naming `source:line`, and
+    text that is not UTF-8 one naming the last line read before it."""
     records = []
-    for lineno, line in enumerate(lines, 1):
+    for lineno, line in enumerate(_decoded(lines, source), 1):
         if not line.strip():
             continue
         try:
@@ -263,6 +264,21 @@ def parse_jsonl(lines: Iterable[str], source: str | Path) -> list[dict]:
             raise DataError(f"{source}:{lineno}: not a JSON object")
         records.append(record)
     return records
+
+
+def _decoded(lines: Iterable[str], source) -> Iterable[str]:
+    """`lines`, with a decoding error of a text file turned into a DataError."""
+    read = 0
+    iterator = iter(lines)
+    while True:
+        try:
+            line = next(iterator)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{source} is not UTF-8 (after line {read}: {exc.reason})") from exc
+        read += 1
+        yield line
 
 
 def read_prepared(path: str | Path) -> list[Example]:
