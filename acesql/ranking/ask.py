@@ -55,8 +55,10 @@ class Answer:
 def open_schema(db_path: str | Path, sample_values: int = 0) -> Schema:
     """The schema of a user's SQLite file, or DataError saying what is wrong with it."""
     path = Path(db_path)
-    if not path.is_file():
+    if not path.exists():
         raise DataError(f"no such database file: {db_path}")
+    if not path.is_file():  # a folder, or a FIFO whose open would wait for a writer
+        raise DataError(f"{db_path} is not a regular file")
     with path.open("rb") as fh:
         if fh.read(16) != b"SQLite format 3\x00":
             raise DataError(f"{db_path} is not a SQLite database")
