@@ -5,7 +5,9 @@ import os
 import re
 import shlex
 import shutil
+import sqlite3
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,19 @@ import pytest
 from acesql.cli import main as acesql_main
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _sqlite_file(*statements: str) -> bytes:
+    """The bytes of a SQLite file made by `statements`."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "db.sqlite"
+        conn = sqlite3.connect(path)
+        for sql in statements:
+            conn.execute(sql)
+        conn.commit()
+        conn.close()
+        return path.read_bytes()
+
 
 # the bad files the table's first column names, as the test writes them
 FILES = {
@@ -40,6 +55,10 @@ FILES = {
     "tables-object/tables.json": b'{"db": {"db_id": "db"}}',
     "tasks-list.jsonl": b"[1]\n",
     "critic-db-5.jsonl": b'{"selected_database": 5, "sol_sql": ["SELECT 1"]}\n',
+    "schema-edges.sqlite": _sqlite_file(
+        'CREATE TABLE t ("select" INT, "a.b" INT, g INT AS ("select" + 1))',
+        'CREATE TABLE "t.a" (b INT)',
+    ),
     "judge-tasks.jsonl": b'{"task_id": "t", "db_id": "school", "db_path": "db.sqlite", '
     b'"category": "management", "issue": "remove the students over 40", '
     b'"issue_sql": ["DELETE FROM student"], '

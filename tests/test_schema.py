@@ -152,3 +152,40 @@ def test_foreign_keys_naming_missing_columns_are_dropped(tmp_path):
     schema = Schema.from_sqlite(path)
     assert [(f.column, f.references) for f in schema.foreign_keys] == [("movie.wid", "keyword.id")]
     assert "REFERENCES keyword(id)" in schema.render()
+
+
+def _database(tmp_path, *statements) -> str:
+    path = tmp_path / "db.sqlite"
+    conn = sqlite3.connect(path)
+    for sql in statements:
+        conn.execute(sql)
+    conn.commit()
+    conn.close()
+    return str(path)
+
+
+def test_a_column_named_like_a_keyword_is_quoted_where_sqlite_needs_it(tmp_path):
+    db = _database(tmp_path, 'CREATE TABLE t ("select" INT, "current_date" TEXT, "key" INT)')
+    text = Schema.from_sqlite(db, n_samples=0).render()
+    assert '"select" INT' in text and '"current_date" TEXT' in text
+    assert "\n  key INT" in text  # SQLite reads this one as a name: no quotes needed
+    conn = sqlite3.connect(db)  # the rendered names, as SQL, read the columns
+    conn.execute("INSERT INTO t VALUES (1, 'x', 2)")
+    names = ", ".join(line.split()[0] for line in text.splitlines()[1:-1])
+    assert conn.execute(f"SELECT {names} FROM t").fetchall() == [(1, "x", 2)]
+
+
+def test_generated_columns_are_part_of_the_schema(tmp_path):
+    db = _database(
+        tmp_path,
+        "CREATE TABLE t (a INT, b INT, c INT GENERATED ALWAYS AS (a + b), d AS (a * 2) STORED)",
+    )
+    assert Schema.from_sqlite(db, n_samples=0).column_ids == ("t.a", "t.b", "t.c", "t.d")
+
+
+def test_dotted_names_that_read_alike_stay_apart(tmp_path):
+    db = _database(tmp_path, 'CREATE TABLE "t.a" (b INT)', 'CREATE TABLE t ("a.b" INT)')
+    schema = Schema.from_sqlite(db, n_samples=0)
+    assert schema.column_ids == ('"t.a".b', 't."a.b"')
+    assert schema.resolve('"t.a"."b"') == '"t.a".b' and schema.resolve('t."a.b"') == 't."a.b"'
+    assert schema.column('"t.a".b').table == "t.a"

@@ -12,6 +12,7 @@ and mixed case all work.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sqlite3
@@ -28,23 +29,45 @@ _PLAIN_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def canonical_id(table: str, column: str) -> str:
-    """The canonical id of a column: `table.column`, lower-cased.
+    """The canonical id of a column: `table.column`, lower-cased; a name holding a dot is
+    double-quoted, so that `"t.a".b` and `t."a.b"` stay two columns.
 
-    >>> canonical_id("Singer", "Song Name")
-    'singer.song name'
+    >>> canonical_id("Singer", "Song Name"), canonical_id("t", "a.b")
+    ('singer.song name', 't."a.b"')
     """
-    return f"{table.lower()}.{column.lower()}"
+    return f"{_dotted_part(table.lower())}.{_dotted_part(column.lower())}"
+
+
+def _dotted_part(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"' if "." in name else name
 
 
 def quote_identifier(name: str) -> str:
-    """Quote an identifier for SQLite when it is not a plain word.
+    """Quote an identifier for SQLite unless it is a plain word that SQLite reads as a name
+    (a keyword such as `select`, or `current_date`, which reads as the clock, is quoted).
 
-    >>> quote_identifier("name"), quote_identifier("First Name")
-    ('name', '"First Name"')
+    >>> quote_identifier("name"), quote_identifier("First Name"), quote_identifier("select")
+    ('name', '"First Name"', '"select"')
     """
-    if _PLAIN_IDENTIFIER.match(name):
+    if _PLAIN_IDENTIFIER.match(name) and _reads_as_a_name(name):
         return name
     return '"' + name.replace('"', '""') + '"'
+
+
+@functools.lru_cache(maxsize=4096)
+def _reads_as_a_name(word: str) -> bool:
+    """Whether SQLite reads the bare `word` in a query as the column of that name: not for
+    its keywords (a syntax error) nor for `current_date` and the like (the clock)."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        quoted = '"' + word + '"'
+        conn.execute(f"CREATE TABLE probe ({quoted})")
+        conn.execute("INSERT INTO probe VALUES ('the column')")
+        return conn.execute(f"SELECT {word} FROM probe").fetchall() == [("the column",)]
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
 
 
 @dataclass(frozen=True)
@@ -279,7 +302,9 @@ class Schema:
             ]
             tables, fks = [], []
             for name in names:
-                info = conn.execute(f"PRAGMA table_info({_sql_quote(name)})").fetchall()
+                # table_xinfo: table_info leaves generated columns out (hidden 2 and 3);
+                # hidden 1 is a virtual table's hidden column, which is no column to query
+                info = conn.execute(f"PRAGMA table_xinfo({_sql_quote(name)})").fetchall()
                 columns = tuple(
                     Column(
                         name,
@@ -288,7 +313,8 @@ class Schema:
                         pk > 0,
                         _sample_values(conn, name, col_name, n_samples),
                     )
-                    for _, col_name, col_type, _, _, pk in info
+                    for _, col_name, col_type, _, _, pk, hidden in info
+                    if hidden != 1
                 )
                 tables.append(Table(name, columns))
                 for row in conn.execute(f"PRAGMA foreign_key_list({_sql_quote(name)})"):
