@@ -14,13 +14,13 @@ from click.testing import CliRunner
 from acesql.cli import cli
 from acesql.config import load_params
 from acesql.data.loaders import load_dataset, read_prepared
-from acesql.data.prompt_lengths import full_schema_prompt_tokens, prompt_length_report
 from acesql.data.schemas import SchemaCache
 from acesql.data.synth.database import PROFILES, build_database
 from acesql.data.synth.domain import load_domains
 from acesql.data.synth.generate import SynthConfig, generate_dataset, plan_databases
 from acesql.errors import ConfigError
 from acesql.models.base_model import load_tokenizer
+from acesql.models.prompt_lengths import full_schema_prompt_tokens, prompt_length_report
 from acesql.models.prompts import PromptBuilder
 from acesql.stages.data import main
 

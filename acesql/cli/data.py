@@ -133,9 +133,9 @@ def data_prompt_lengths(split, tokenizer, sample_values, reasoning, limit):
     """Print the spread (min, median, p90, max) of the full-schema prompt tokens of SPLIT (a
     prepared .jsonl): the retriever's and the generator's with every column."""
     from acesql.data.loaders import read_prepared
-    from acesql.data.prompt_lengths import full_schema_prompt_tokens, prompt_length_report
     from acesql.data.schemas import SchemaCache
     from acesql.models.base_model import load_tokenizer
+    from acesql.models.prompt_lengths import full_schema_prompt_tokens, prompt_length_report
     from acesql.models.prompts import PromptBuilder
 
     examples = [e for e in read_prepared(split) if e.unusable is None]

@@ -11,14 +11,11 @@ nothing, so there the longest prompt must fit the model's context instead.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache
 from acesql.data.stats import spread
-
-if TYPE_CHECKING:  # the data package does not import the model code to run
-    from acesql.models.prompts import PromptBuilder
+from acesql.models.prompts import PromptBuilder
 
 
 def full_schema_prompt_tokens(
