@@ -351,3 +351,32 @@ def test_a_statement_too_deep_to_translate_is_counted_not_fatal(tmp_path, school
     path.write_text(fixture.read_text() + json.dumps(record) + "\n")
     tasks, skipped = load_bird_critic(path, school_db.parent.parent)
     assert len(tasks) == 3 and skipped["transpile_failed"] == 2
+
+
+def test_a_judge_stopped_by_sigterm_leaves_no_replica_behind(tmp_path, school_db):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks(tasks_file, [task(school_db, "management", solution_sql=["DELETE FROM course"])])
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    endless = (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+    )
+    command = [sys.executable, "-c", "from acesql.cli import main; main()", "debug", "judge"]
+    command += ["--tasks", str(tasks_file), "--id", "t1", "--timeout", "60", "--fix", endless]
+    proc = subprocess.Popen(
+        command, env=os.environ | {"TMPDIR": str(scratch)}, text=True, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 30
+    while not list(scratch.glob("acesql-replicas-*/worker-0/*/*.sqlite")):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+    time.sleep(0.5)  # the fix is running
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 130
+    assert list(scratch.iterdir()) == []

@@ -17,6 +17,7 @@ the commands, so that `acesql --help` starts fast.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
@@ -65,6 +66,9 @@ cli.add_command(debug.debug)
 
 
 def main() -> None:
+    # SIGTERM unwinds a command like Ctrl-C, so that its temporary folders (a judge's
+    # replicas) and child processes go with it, as a stage's do (acesql.stages.common)
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
@@ -76,3 +80,7 @@ def main() -> None:
     except AcesqlError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")

@@ -79,6 +79,14 @@ class SqlHost:
             self._conn.send((method, args))
         except OSError:
             return self._stop(timed_out=False)
+        try:
+            return self._answer(method)
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM): the child's state is unknown
+            if self._process is not None:
+                self._stop(timed_out=False)
+            raise
+
+    def _answer(self, method: str):
         while True:
             due = kill_time(self._slot)
             now = time.monotonic()
