@@ -29,6 +29,25 @@ def _sqlite_file(*statements: str) -> bytes:
         return path.read_bytes()
 
 
+def _crashed_wal_writer() -> tuple[bytes, bytes]:
+    """A WAL-mode database and its -wal file, as a writer that died before any checkpoint
+    leaves them (its committed rows in the -wal only), without the -shm file."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as folder:
+        db = Path(folder) / "db.sqlite"
+        writer = (
+            "import os, sqlite3; c = sqlite3.connect(os.environ['DB']); "
+            "c.execute('PRAGMA journal_mode = WAL'); c.execute('PRAGMA wal_autocheckpoint = 0'); "
+            "c.execute('CREATE TABLE t (a)'); c.execute('INSERT INTO t VALUES (1), (2)'); "
+            "c.commit(); os._exit(0)"
+        )
+        subprocess.run([sys.executable, "-c", writer], env={"DB": str(db)}, check=True)
+        return db.read_bytes(), Path(f"{db}-wal").read_bytes()
+
+
+CRASHED_WAL = _crashed_wal_writer()
+
 # the bad files the table's first column names, as the test writes them
 FILES = {
     "bad-utf8.jsonl": b'{"index": 0, "sql": "SELECT \xff"}\n',
@@ -59,6 +78,8 @@ FILES = {
         'CREATE TABLE t ("select" INT, "a.b" INT, g INT AS ("select" + 1))',
         'CREATE TABLE "t.a" (b INT)',
     ),
+    "crashed.sqlite": CRASHED_WAL[0],
+    "crashed.sqlite-wal": CRASHED_WAL[1],
     "judge-tasks.jsonl": b'{"task_id": "t", "db_id": "school", "db_path": "db.sqlite", '
     b'"category": "management", "issue": "remove the students over 40", '
     b'"issue_sql": ["DELETE FROM student"], '

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
@@ -352,6 +353,30 @@ def test_a_wal_database_in_use_shows_its_latest_rows(tmp_path):
     writer.commit()
     assert execute(db, "SELECT count(*) FROM t").rows == [(3,)]
     writer.close()
+
+
+def test_a_wal_log_left_without_its_shm_is_read_and_no_shm_is_left(tmp_path):
+    import subprocess
+    import sys
+
+    from acesql.sql.schema import Schema
+
+    db = tmp_path / "wal.sqlite"
+    crashed_writer = (  # commits into the -wal file and dies before any checkpoint
+        "import os, sqlite3; c = sqlite3.connect(os.environ['DB']); "
+        "c.execute('PRAGMA journal_mode = WAL'); c.execute('PRAGMA wal_autocheckpoint = 0'); "
+        "c.execute('CREATE TABLE t (a)'); c.execute('INSERT INTO t VALUES (1), (2)'); "
+        "c.commit(); os._exit(0)"
+    )
+    subprocess.run([sys.executable, "-c", crashed_writer], env={"DB": str(db)}, check=True)
+    Path(f"{db}-shm").unlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wal.sqlite", "wal.sqlite-wal"]
+    assert execute(db, "SELECT count(*) FROM t").rows == [(2,)]
+    conn = open_sandboxed(db)
+    assert execute(conn, "SELECT sum(a) FROM t").rows == [(3,)]
+    conn.close()
+    assert Schema.from_sqlite(db).column("t.a") is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wal.sqlite", "wal.sqlite-wal"]
 
 
 def test_result_values_are_valid_and_distinct_json(school_db):

@@ -8,7 +8,9 @@ What the sandbox does:
   to change the database;
 - opens regular files only (a FIFO or a device would block the open or never end), and a
   WAL-mode database that has no `-wal`/`-shm` files beside it as immutable, so reading it
-  leaves none behind (a read-only connection cannot remove the ones it creates);
+  leaves none behind (a read-only connection cannot remove the ones it creates); one with a
+  `-wal` but no `-shm` (a writer that crashed left it) is read with its WAL index in memory,
+  without file locks (no connection has it open, or the `-shm` would be there);
 - installs an authorizer that allows only reading: SELECT, reads of tables and views,
   recursive CTEs and the functions of `ALLOWED_FUNCTIONS`; it refuses writes, schema changes,
   ATTACH/DETACH, transactions, every PRAGMA and every other function (`REFUSED_FUNCTIONS`
@@ -185,13 +187,21 @@ def open_readonly(path: str | Path) -> sqlite3.Connection:
 
     It refuses to create a missing file, and to open anything but a regular file
     (sqlite3.OperationalError). A WAL-mode file without `-wal`/`-shm` beside it opens as
-    immutable: SQLite would otherwise create both and, read-only, could not remove them.
+    immutable: SQLite would otherwise create both and, read-only, could not remove them. One
+    with a `-wal` but no `-shm` keeps its WAL index in memory (exclusive locking mode, which
+    a read-only connection can only take with the lock-free `unix-none` VFS), so that no
+    `-shm` is created either.
     """
     path = Path(path).resolve()
     uri = path.as_uri() + "?mode=ro"
-    if _wal_without_side_files(path):
+    side_files = _wal_side_files(path)
+    if side_files == ():
         uri += "&immutable=1"
+    elif side_files == ("-wal",):
+        uri += "&vfs=unix-none"
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    if side_files == ("-wal",):
+        conn.execute("PRAGMA locking_mode = EXCLUSIVE")
     conn.execute("PRAGMA query_only = ON")
     return conn
 
@@ -389,9 +399,10 @@ def _result_width(conn, sql) -> int:
     return 1
 
 
-def _wal_without_side_files(path: Path) -> bool:
-    """Whether `path` is a WAL-mode database with no `-wal`/`-shm` file; OperationalError if
-    it is no regular file. The header is read without blocking, so a FIFO fails at once."""
+def _wal_side_files(path: Path) -> tuple[str, ...] | None:
+    """The `-wal`/`-shm` files beside `path` when it is a WAL-mode database, None when it is
+    not; OperationalError if it is no regular file. The header is read without blocking, so
+    a FIFO fails at once."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
@@ -403,7 +414,9 @@ def _wal_without_side_files(path: Path) -> bool:
     finally:
         os.close(fd)
     wal = len(header) == 20 and header[18] == header[19] == 2  # file format versions 2: WAL
-    return wal and not any(Path(f"{path}{end}").exists() for end in ("-wal", "-shm"))
+    if not wal:
+        return None
+    return tuple(end for end in ("-wal", "-shm") if Path(f"{path}{end}").exists())
 
 
 def _json_value(value):
