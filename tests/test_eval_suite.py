@@ -974,3 +974,40 @@ def test_selections_of_one_run_are_paired_against_its_majority_vote(tmp_path):
     (tmp_path / "greedy" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in plain))
     result = CliRunner().invoke(cli, ["eval", "selections", str(tmp_path / "greedy")])
     assert result.exit_code == 2 and "holds no rows with candidates" in result.output
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"[]", "holds a JSON list, not the object"),
+        (b'{"split": "dev", "pipeline_ex": 0.5, "note": "caf\xe9"}', "is not UTF-8 text"),
+        (b"{", "is not JSON"),
+    ],
+)
+def test_compare_names_a_malformed_metrics_file(tmp_path, content, message):
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+
+    for side in "ab":
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "metrics.json").write_text('{"split": "dev", "pipeline_ex": 0.5}')
+    (tmp_path / "b" / "metrics.json").write_bytes(content)
+    result = CliRunner().invoke(cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert isinstance(result.exception, DataError) and message in str(result.exception)
+
+
+def test_a_resume_file_with_broken_chunks_redoes_their_questions(tmp_path):
+    from acesql.eval.runner import _read_partial
+
+    partial = tmp_path / ".partial-0.jsonl"
+    lines = [
+        {"header": {"questions": 4}},
+        {"chunk": "0-1-2", "rows": [{"index": 0, "usable": True}, {"index": 1}], "seconds": 2.5},
+        {"chunk": "2-2-1", "rows": []},  # saved nothing: question 2 is still to do
+        {"chunk": "3-3-1", "rows": ["not a row"]},
+        [1, 2],
+    ]
+    partial.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"chunk": "4')
+    done, seconds = _read_partial(partial)
+    assert sorted(done) == [0, 1] and seconds == 2.5

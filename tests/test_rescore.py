@@ -170,6 +170,10 @@ def test_stored_rows_must_be_of_the_questions_asked(stored_run, tmp_path):
     (tmp_path / "rows.jsonl").write_text(json.dumps({"index": 0, "question": "?"}) + "\n")
     with pytest.raises(DataError, match="holds no stored candidates"):
         stored_candidates(str(tmp_path))
+    cut = {"index": 3, "question": "?", "r3_pool": ["SELECT 1"]}  # no r3_pool_match
+    (tmp_path / "rows.jsonl").write_text(json.dumps(cut) + "\n")
+    with pytest.raises(DataError, match="question 3: its stored candidates need r3_pool and"):
+        stored_candidates(str(tmp_path))
 
 
 def test_the_command_rescores_a_folder_paired_with_it(synth_dir, tiny_model_dir, tmp_path):
@@ -216,6 +220,18 @@ def test_the_command_rescores_a_folder_paired_with_it(synth_dir, tiny_model_dir,
     assert [r["r3_pool"] for r in read_unfinished(tmp_path / "c")[1]] == [
         r["r3_pool"] for r in b[:2]
     ]
+    # rescoring into its own source, or over another folder's candidates with a selection
+    # that would drop them, is refused before anything is written
+    before = (tmp_path / "a" / "rows.jsonl").read_text()
+    for out, selection in (("a", "maj"), ("b", "maj")):
+        refused = CliRunner().invoke(
+            cli,
+            ["eval", *common[:-2], "--selection", selection, "--candidates", "2"]
+            + ["--candidates-from", str(tmp_path / "a"), "--out", str(tmp_path / out)],
+        )
+        assert isinstance(refused.exception, DataError), refused.output
+        assert "give --out another folder" in str(refused.exception)
+    assert (tmp_path / "a" / "rows.jsonl").read_text() == before
 
 
 def test_the_command_says_what_it_cannot_rescore(synth_dir, tiny_model_dir, tmp_path):

@@ -69,13 +69,26 @@ def _from_folder(path: Path) -> dict[str, dict[str, float]]:
         raise DataError(f"{path} holds no metrics.json (nor sub-folders with one)")
     splits = {}
     for file in files:
-        try:
-            summary = json.loads(file.read_text())
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{file} is not JSON: {exc.msg}") from exc
+        summary = read_summary(file)
         split = summary.get("split") or file.parent.name
         splits[split] = flat_summary(summary)
     return splits
+
+
+def read_summary(file: Path) -> dict:
+    """A metrics.json summary, or DataError naming the file and what is wrong with it."""
+    try:
+        summary = json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{file} is not UTF-8 text (byte {exc.start}): not a metrics.json") from exc
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{file} is not JSON: {exc.msg}") from exc
+    if not isinstance(summary, dict):
+        raise DataError(
+            f"{file} holds a JSON {type(summary).__name__}, not the object of an evaluation's "
+            "metrics"
+        )
+    return summary
 
 
 def _from_run(run_id: str, tracking_uri: str | None) -> dict[str, dict[str, float]]:
@@ -206,7 +219,7 @@ def load_rows(ref: str, tracking_uri: str | None = None) -> dict[str, list[dict]
         for file in files:
             rows_file = file.parent / "rows.jsonl"
             if rows_file.is_file():
-                split = json.loads(file.read_text()).get("split") or file.parent.name
+                split = read_summary(file).get("split") or file.parent.name
                 out[split] = _read_rows(rows_file)
         return out
     if RUN_ID.match(ref):

@@ -310,13 +310,20 @@ def _read_partial(path: Path) -> tuple[dict[int, dict], float]:
     done, seconds = {}, 0.0
     if not path.is_file():
         return done, seconds
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         try:
             record = json.loads(line)
-            rows = record["rows"]
-            done.update((row["index"], row) for row in rows)
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        except json.JSONDecodeError:
+            continue  # the line a kill cut short
+        if not isinstance(record, dict) or "header" in record:
             continue
+        rows = record.get("rows")
+        if not isinstance(rows, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("index"), int) for r in rows
+        ):
+            print(f"{path} line {number}: not a chunk of rows, ignored", file=sys.stderr)
+            continue
+        done.update((row["index"], row) for row in rows)
         seconds += float(record.get("seconds") or 0.0)
     return done, seconds
 

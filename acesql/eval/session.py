@@ -161,6 +161,8 @@ class Evaluator:
             from acesql.eval.rescore import matching_examples
 
             source = str(self.candidates_from)
+            if out is not None:
+                refuse_overwriting_candidates(Path(out), Path(source), self.settings)
             if read_unfinished(source) is not None:
                 growing = examples
             examples = matching_examples(examples, self.tools["stored"], source)
@@ -195,6 +197,24 @@ class Evaluator:
         self.close()
 
 
+def refuse_overwriting_candidates(out: Path, source: Path, settings: dict) -> None:
+    """DataError when rescoring into `out` would destroy stored candidates: `out` is the
+    source itself, or a folder whose finished rows keep candidates that this selection would
+    not write again (only r3 keeps them)."""
+    if out.resolve() == source.resolve():
+        raise DataError(
+            f"--out {out} is the folder whose candidates are rescored: its rows would be "
+            "rewritten without them; give --out another folder"
+        )
+    rows = out / "rows.jsonl"
+    method = (settings.get("selection") or {}).get("method")
+    if rows.is_file() and method != "r3" and '"r3_pool"' in rows.read_text(errors="replace"):
+        raise DataError(
+            f"{out} holds stored candidates (rows with r3_pool) that a {method} rescoring "
+            "would drop: give --out another folder"
+        )
+
+
 def stored_candidates(folder: str) -> dict[int, dict]:
     """The rows of an r3 evaluation in `folder` (finished or not), by question index."""
     from acesql.eval.compare import load_rows
@@ -205,6 +225,13 @@ def stored_candidates(folder: str) -> dict[int, dict]:
         raise DataError(f"{folder}: expected the rows of one evaluation, found splits: {found}")
     (rows,) = splits.values()
     stored = {r["index"]: r for r in rows if r.get("r3_pool") is not None}
+    for index, row in stored.items():
+        pool, match = row.get("r3_pool"), row.get("r3_pool_match")
+        if not isinstance(pool, list) or not isinstance(match, list) or len(pool) != len(match):
+            raise DataError(
+                f"{folder} question {index}: its stored candidates need r3_pool and "
+                "r3_pool_match lists of one length (a row cut or edited by hand?)"
+            )
     if not stored:
         raise DataError(
             f"{folder} holds no stored candidates: evaluate with --selection r3 and --out "
