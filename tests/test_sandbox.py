@@ -291,6 +291,21 @@ def test_a_row_is_bounded_before_it_is_fetched(school_db):
     assert peak < 8_000_000
 
 
+@pytest.mark.parametrize("value", ["x + 0.5", "'v' || x"], ids=["floats", "short-strings"])
+def test_the_byte_cap_bounds_the_memory_a_wide_result_takes(school_db, value):
+    """2,000 small values a row: Python spends far more on them than their characters."""
+    cols = ", ".join(f"{value} AS c{i}" for i in range(2000))
+    sql = f"WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT {cols} FROM n"
+    tracemalloc.start()
+    try:
+        result = execute(school_db, sql, timeout_s=30, max_bytes=8_000_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.ok and result.truncated and len(result.rows) >= 30
+    assert peak < 8_000_000 * 1.25
+
+
 def test_rows_within_the_bound_still_come_back(school_db):
     wide = "SELECT " + ", ".join(["printf('%.1000c', 'x')"] * 16) + " FROM student LIMIT 3"
     result = execute(school_db, wide, max_bytes=100_000)

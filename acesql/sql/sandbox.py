@@ -57,7 +57,11 @@ DEFAULT_MAX_ROWS = 100_000
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 MAX_COLUMNS = 2000  # result columns a statement may have (SQLITE_LIMIT_COLUMN, set per connection)
 PROGRESS_STEPS = 2_000  # SQLite VM instructions between deadline checks
-FETCH_CHUNK = 512
+FETCH_CHUNK = 512  # rows fetched at a time, fewer once the rows kept near `max_bytes`
+# What Python spends on a row beyond its text and blob bytes: the tuple's header, and for
+# each value a slot and the object (a float takes 24 bytes, a str 49 plus its characters).
+# Counting only the characters held a 64 MB cap at 281 MB for 2,000 float columns.
+ROW_BYTES, VALUE_BYTES = 56, 64
 
 _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
 
@@ -323,10 +327,18 @@ def _fetch(conn, sql, start, max_rows, max_bytes) -> ExecResult:
         columns = [d[0] for d in cursor.description or ()]
         # No row is larger than `row_cap` (the length limit holds each value), so rows are
         # only measured once that many of them could pass `max_bytes`: most results never are.
-        row_cap = max(1, len(columns)) * (conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH) + 8)
+        limit = conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+        row_cap = ROW_BYTES + max(1, len(columns)) * (limit + VALUE_BYTES)
         rows, size, truncated = [], None, False
         while not truncated:
-            chunk = cursor.fetchmany(FETCH_CHUNK)
+            # a chunk holds about the rows that still fit (by the bound while the rows are not
+            # measured, by their sizes once they are): a chunk of 512 wide rows fetched whole
+            # would overshoot the cap by up to 511 of them
+            if size is None:
+                fits = max_bytes // row_cap - len(rows)
+            else:
+                fits = (max_bytes - size) * len(rows) // size + 1 if rows else 1
+            chunk = cursor.fetchmany(max(1, min(FETCH_CHUNK, fits)))
             if not chunk:
                 break
             for row in chunk:
@@ -428,7 +440,7 @@ def _json_value(value):
 
 
 def _row_bytes(row) -> int:
-    size = 8 * len(row)
+    size = ROW_BYTES + VALUE_BYTES * len(row)
     for value in row:
         if isinstance(value, (str, bytes)):
             size += len(value)
