@@ -9,6 +9,7 @@ acesql eval --model DIR --dataset DIR --format spider --limit 100 --out results/
 acesql eval --compare results/dev-sft results/dev-grpo
 acesql debug judge --tasks data/debug/dev.jsonl --id shop_0001/3 --fix "UPDATE ..."
 acesql ask --model models/grpo --db shop.sqlite "Which customer spent most?"
+acesql serve log --model models/grpo --register acesql-serve   # for `mlflow models serve`
 acesql check-gold-sql            # the SQL engine's self-check on Spider dev's gold SQL
 
 One module per command family: options.py holds what they share. Heavy imports stay inside
@@ -22,7 +23,7 @@ import sys
 
 import click
 
-from acesql.cli import ask, data, debug, evaluate, pool, sql, storage
+from acesql.cli import ask, data, debug, evaluate, pool, serve, sql, storage
 from acesql.errors import AcesqlError
 
 
@@ -62,6 +63,7 @@ cli.add_command(pool.pool)
 cli.add_command(storage.artifacts)
 cli.add_command(storage.remote)
 cli.add_command(ask.ask_command)
+cli.add_command(serve.serve)
 cli.add_command(debug.debug)
 
 
