@@ -51,6 +51,6 @@ def log_command(model, params_path, register):
             "run_id": logged.run_id,
             "registered": logged.registered,
             "serve": f"MLFLOW_TRACKING_URI={uri} mlflow models serve -m {served} "
-            "--env-manager local -p 5001",
+            "--env-manager local -p 5001 -t 600",
         }
     )
