@@ -354,7 +354,7 @@ def test_a_direct_score_model_reads_plain_sql_through_its_chain_view(
 def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth_dir):
     from acesql.eval.end_to_end import evaluate_examples
     from acesql.models.prompts import PromptBuilder
-    from tests.test_ranking import ChatTokenizer
+    from tests.test_ranking import WordTokenizer
 
     examples = two_questions(synth_dir)
 
@@ -372,7 +372,7 @@ def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth
             assert schema.tables  # the database's schema, for the direct view's rewrite
             return [0.4, 0.8, 0.5][: len(outputs)]
 
-    prompts = PromptBuilder(ChatTokenizer(), sql_format="cocte")
+    prompts = PromptBuilder(WordTokenizer(), sql_format="cocte")
     with BatchExecutor(workers=0) as executor:
         summary, rows = evaluate_examples(
             examples,

@@ -98,7 +98,7 @@ class SelectionSection(Section):
         "schema in one call (full_schema), or a rule per question: the pipeline's unless it "
         "fails to run (pipeline_else_full), the converse (full_else_pipeline), or the full "
         "schema while its prompt has at most `full_schema_tokens` tokens (by_size). Choose it "
-        "on a dev split with `acesql eval --answers`, never on a test set.",
+        "on a dev split with `acesql eval answers RUN`, never on a test set.",
     )
     full_schema_tokens: int = Field(
         1024, ge=1, description="answer by_size: the longest full-schema prompt answered whole."

@@ -118,27 +118,24 @@ def evaluate_examples(
         pools, samples = _candidates(
             examples, rows, engine, pipeline_prompts, executor, mode, maj_k, sampling
         )
-        if selection.method in ("prm", "r3"):
-            phase("judging")
-        if selection.method == "prm":
-            _prm_select(examples, rows, pools, samples, prompts, schemas, process_scorer, mode)
-        if selection.method == "r3":
-            judge = judge or LetterJudge(engine.model, engine.tokenizer)
-            redraw = None
-            if selection.resample:
-                redraw = Redraw(engine, prompts, schemas, executor, mode, sampling, unclosed_list)
-            _r3_select(
-                examples,
-                rows,
-                pools,
-                pipeline_prompts,
-                prompts,
-                schemas,
-                judge,
-                selection,
-                redraw,
-                mode,
-            )
+        phase("judging")
+        select(
+            examples,
+            rows,
+            pools,
+            samples,
+            pipeline_prompts,
+            engine,
+            prompts,
+            executor,
+            schemas,
+            mode,
+            selection,
+            sampling,
+            unclosed_list,
+            judge,
+            process_scorer,
+        )
     for row in rows:
         _finish(row, selection)
     return summarize(rows + unusable), rows + unusable
@@ -234,6 +231,46 @@ def answer_greedily(
             generator_tokens=len(generated[i][0].token_ids),
         )
         _retrieval_scores(row)
+
+
+def select(
+    examples,
+    rows,
+    pools,
+    samples,
+    pipeline_prompts,
+    engine,
+    prompts,
+    executor,
+    schemas,
+    mode,
+    selection,
+    sampling,
+    unclosed_list,
+    judge,
+    process_scorer,
+) -> None:
+    """`selection.method`'s choice among each question's candidates (`pools`: their SQL and
+    verdicts; `samples`: the completions), added to its row; maj@n is already there."""
+    if selection.method == "prm":
+        _prm_select(examples, rows, pools, samples, prompts, schemas, process_scorer, mode)
+    if selection.method == "r3":
+        judge = judge or LetterJudge(engine.model, engine.tokenizer)
+        redraw = None
+        if selection.resample:
+            redraw = Redraw(engine, prompts, schemas, executor, mode, sampling, unclosed_list)
+        _r3_select(
+            examples,
+            rows,
+            pools,
+            pipeline_prompts,
+            prompts,
+            schemas,
+            judge,
+            selection,
+            redraw,
+            mode,
+        )
 
 
 def _prm_select(examples, rows, pools, samples, prompts, schemas, process_scorer, mode) -> None:
