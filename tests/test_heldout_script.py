@@ -17,7 +17,12 @@ def test_heldout_reads_finished_evaluations_back_and_says_spider_is_skipped(tmp_
         shutil.copytree(ROWS / f"test_ood-{model}-long", out / f"{model}-test_ood")
     proc = subprocess.run(
         ["sh", str(ROOT / "scripts" / "heldout"), str(tmp_path / "run"), str(out)],
-        env={"PATH": "/usr/bin:/bin", "MODELS": "base grpo", "SPIDER": str(tmp_path / "none"), "DEV_LIMIT": "0"},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "MODELS": "base grpo",
+            "SPIDER": str(tmp_path / "none"),
+            "DEV_LIMIT": "0",
+        },
         capture_output=True,
         text=True,
         timeout=120,
