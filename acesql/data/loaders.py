@@ -87,13 +87,14 @@ def load_spider(root: str | Path, split: str = "dev") -> Dataset:
     root = _check_root(root)
     _check_split("spider", split)
     files = {"dev": ["dev.json"], "train": ["train_spider.json", "train_others.json"]}
-    records = []
+    files_read = []
     for name in files[split]:
         path = root / name
         if name == "train_others.json" and not path.exists():
             continue
-        records.extend(_read_json_list(path, "query"))
+        files_read.append((path, _read_json_list(path)))
     tables = load_tables_json(root / "tables.json")
+    records = [r for path, read in files_read for r in _with_fields(path, read, "query")]
     examples = [_example(i, r, root / "database", sql_key="query") for i, r in enumerate(records)]
     return Dataset(f"spider-{split}", examples, tables)
 
@@ -101,8 +102,9 @@ def load_spider(root: str | Path, split: str = "dev") -> Dataset:
 def load_bird(root: str | Path, split: str = "dev") -> Dataset:
     root = _check_root(root)
     _check_split("bird", split)
-    records = _read_json_list(root / f"{split}.json", "SQL")
+    records = _read_json_list(root / f"{split}.json")
     tables = load_tables_json(root / f"{split}_tables.json")
+    _with_fields(root / f"{split}.json", records, "SQL")
     db_dir = root / f"{split}_databases"
     examples = [
         _example(
@@ -123,8 +125,9 @@ def load_synth(root: str | Path, split: str = "train") -> Dataset:
     root = _check_root(root)
     _check_split("synth", split)
     path = root / f"{split}.json"
-    records = _read_json_list(path, "sql")
+    records = _read_json_list(path)
     tables = load_tables_json(root / "tables.json")
+    _with_fields(path, records, "sql")
     examples = [
         _example(
             i,
@@ -145,8 +148,9 @@ def load_synsql(root: str | Path, split: str = "train") -> Dataset:
     """SynSQL-2.5M. Its complexity labels ("Highly Complex") are lower-cased to the generator's."""
     root = _check_root(root)
     _check_split("synsql", split)
-    records = _read_json_list(root / "data.json", "sql")
+    records = _read_json_list(root / "data.json")
     tables = load_tables_json(root / "tables.json")
+    _with_fields(root / "data.json", records, "sql")
     examples = [
         _example(
             i,
@@ -189,9 +193,9 @@ def _check_root(root) -> Path:
     return root
 
 
-def _read_json_list(path: Path, sql_key: str) -> list[dict]:
-    """The questions of a JSON file: a list of objects with string `db_id`, `question` and
-    `sql_key`, or DataError naming the file and the first record that is not one."""
+def _read_json_list(path: Path) -> list[dict]:
+    """The questions of a JSON file: a list of objects, or DataError naming the file and the
+    first record that is not one."""
     data = read_json(path, "questions file")
     if not isinstance(data, list):
         raise DataError(f"{path} must hold a JSON list of questions")
@@ -200,6 +204,13 @@ def _read_json_list(path: Path, sql_key: str) -> list[dict]:
             raise DataError(
                 f"{path}: question #{i} is not a JSON object (got {type(record).__name__})"
             )
+    return data
+
+
+def _with_fields(path: Path, records: list[dict], sql_key: str) -> list[dict]:
+    """`records`, each checked to hold a string `db_id`, `question` and `sql_key`, or
+    DataError naming the file and the first that does not."""
+    for i, record in enumerate(records):
         for key in ("db_id", "question", sql_key):
             if key not in record:
                 raise DataError(f"{path}: question #{i} lacks the field {key!r}")
@@ -207,7 +218,7 @@ def _read_json_list(path: Path, sql_key: str) -> list[dict]:
                 raise DataError(
                     f"{path}: question #{i}: {key} must be a string, got {short_repr(record[key])}"
                 )
-    return data
+    return records
 
 
 def read_json(path: Path, what: str):
