@@ -213,7 +213,7 @@ def answer_row(engine, prompts, settings: ServeSettings, question, database) -> 
 
 def agreement(answer, mode: str) -> str:
     """`"k/n"`: k of the n candidates returned the shipped answer's result under `mode`."""
-    from acesql.eval.majority import group_results
+    from acesql.selection.majority import group_results
 
     n = len(answer.candidates)
     if answer.sql is None or answer.result is None:

@@ -6,11 +6,11 @@ import pytest
 
 from acesql.agent.actions import close_action, parse_action
 from acesql.agent.episode import run_episodes
-from acesql.agent.observation import render_observation
 from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask
 from acesql.data.loaders import Example
 from acesql.debug.task import DebugTask
 from acesql.models.engine import Completion, Engine
+from acesql.sql.observation import render_observation
 from acesql.sql.replicas import ReplicaPool
 from acesql.sql.sandbox import ExecResult
 
@@ -211,7 +211,8 @@ def test_episodes_with_a_tiny_model(pool, school_db, tiny_model_dir):
 
 
 def test_agent_evaluation_resumes_summarizes_and_compares(pool, school_db, tmp_path):
-    from acesql.agent.evaluate import compare, evaluate_agent, read_rows, spread
+    from acesql.debug.task import spread
+    from acesql.eval.agent import compare, evaluate_agent, read_rows
 
     tasks = [
         debug_task(school_db, f"[trajectory {i}]", task_id=f"t{i}", db_id=f"db{i % 2}").task
@@ -303,9 +304,7 @@ def test_eval_command_covers_debugging_tasks_and_compares_them(school_db, tmp_pa
         metrics = json.loads(result.stdout.strip().splitlines()[-1])
         assert metrics["n"] == 2 and set(metrics["by_category"]) == {"management"}
         assert (tmp_path / name / "report.html").is_file()
-    result = CliRunner().invoke(
-        cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
-    )
+    result = CliRunner().invoke(cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[2].split()[:2] == ["tasks", "n"]

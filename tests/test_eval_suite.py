@@ -14,11 +14,11 @@ from acesql.data.loaders import load_dataset
 from acesql.errors import DataError
 from acesql.eval.compare import compare_table, load_evaluation
 from acesql.eval.end_to_end import evaluate_examples
-from acesql.eval.majority import majority_vote
 from acesql.eval.metrics import failure_category, summarize
 from acesql.eval.runner import evaluate_to_folder, fingerprint, model_digest, read_unfinished
 from acesql.eval.sql_eval import load_predictions, write_bird_predictions
 from acesql.locks import lock_folder
+from acesql.selection.majority import majority_vote
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.sandbox import ExecResult
 from tests.helpers import RoleEngine, columns_answer, sql_answer

@@ -17,6 +17,7 @@ import torch
 import yaml
 
 from acesql.data.loaders import load_dataset
+from acesql.eval.end_to_end import Validation
 from acesql.rl.pool import EmpiricalPool
 from acesql.rl.rollout import question_key
 from acesql.rl.trainer import GrpoTrainer, question_order
@@ -240,7 +241,10 @@ def test_combined_gradient_is_pcgrad_of_the_weighted_generator_gradient(tiny_mod
 
 def test_train_writes_outputs_and_checkpoints(tiny_model_dir, examples, tmp_path):
     cfg = grpo_config(checkpoint_every=1, pool_snapshot_every=1, eval_every=1, max_steps=2)
-    trainer = grpo_trainer(tiny_model_dir, examples, tmp_path, cfg, eval_examples=examples[:2])
+    validation = Validation(cfg.match_mode, cfg.generation.max_new_tokens, 0)
+    trainer = grpo_trainer(
+        tiny_model_dir, examples, tmp_path, cfg, eval_examples=examples[:2], validation=validation
+    )
     summary = trainer.train()
     trainer.close()
     out = tmp_path / "grpo"
@@ -248,7 +252,7 @@ def test_train_writes_outputs_and_checkpoints(tiny_model_dir, examples, tmp_path
     assert (out / "model.safetensors").is_file() and (out / "best" / "model.safetensors").is_file()
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [1, 2]
-    assert "val/pipeline_ex" in steps[0]
+    assert "val/pipeline_ex" in steps[0] and "val/full_schema_ex" in steps[0]
     # two steps: the first and last windows are one step each, not both steps twice
     assert summary["window_steps"] == 1
     for role in ("retriever", "generator"):

@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from acesql.agent.actions import STOP, Action, close_action, parse_action
-from acesql.agent.observation import render_observation
 from acesql.models.engine import Completion, Engine
 from acesql.models.prompts import templates
+from acesql.sql.observation import render_observation
 from acesql.sql.replicas import Lease, ReplicaPool
 from acesql.sql.sandbox import ExecResult
 

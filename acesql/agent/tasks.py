@@ -13,7 +13,7 @@ from pathlib import Path
 from acesql.agent.episode import AgentTask, Score
 from acesql.data.loaders import Example, read_prepared
 from acesql.debug.judge import judge
-from acesql.debug.task import DebugTask, read_tasks
+from acesql.debug.task import DebugTask, read_tasks, spread
 from acesql.errors import DataError
 from acesql.models.prompts import templates
 from acesql.sql.columns import has_order_by
@@ -115,8 +115,6 @@ def require_model(cfg, name: str) -> Path:
 def training_mix(data_dir: Path, cfg, seed: str) -> tuple[list, list, random.Random]:
     """A curriculum stage's data: `cfg.max_tasks` train debugging tasks spread over
     databases, `cfg.question_ratio` train questions per task, and the stage's seeded rng."""
-    from acesql.agent.evaluate import spread
-
     tasks = spread(read_tasks(Path(data_dir) / "debug" / "train.jsonl"), cfg.max_tasks)
     questions = read_prepared(Path(data_dir) / "prepared" / "train.jsonl")
     rng = random.Random(seed)

@@ -51,10 +51,10 @@ def ask_command(
 
     The selection flags are the `selection` params section's (start from a project's with
     --selection-params params.yaml)."""
-    from acesql.agent.observation import render_observation
     from acesql.models.engine import load_engine
     from acesql.models.prompts import PromptBuilder
     from acesql.ranking.ask import ask, open_schema
+    from acesql.sql.observation import render_observation
 
     open_schema(db)  # a missing or foreign file fails before the model loads
     engine = load_engine("transformers", model, progress=False)

@@ -121,8 +121,8 @@ def run_agent_evaluation(
 
     from tqdm import tqdm
 
-    from acesql.agent.evaluate import evaluate_agent, spread
-    from acesql.debug.task import read_tasks
+    from acesql.debug.task import read_tasks, spread
+    from acesql.eval.agent import evaluate_agent
     from acesql.models.base_model import load_tokenizer
     from acesql.models.engine import load_engine
     from acesql.sql.replicas import ReplicaPool
@@ -157,7 +157,7 @@ def run_agent_evaluation(
 def debug_compare(a, b):
     """Two agent evaluations paired on the tasks both scored: B - A overall and per category,
     with a 95% bootstrap interval and the exact McNemar p-value."""
-    from acesql.agent.evaluate import compare, read_rows
+    from acesql.eval.agent import compare, read_rows
 
     echo_json(compare(read_rows(a), read_rows(b)))
 

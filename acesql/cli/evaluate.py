@@ -469,7 +469,7 @@ def _log_evaluation(tracker, summary: dict, split: str, out: str | None) -> None
 
 
 def _compare(a: str, b: str, tracking_uri: str) -> None:
-    from acesql.agent.evaluate import is_agent_evaluation
+    from acesql.eval.agent import is_agent_evaluation
 
     if is_agent_evaluation(a) or is_agent_evaluation(b):
         _compare_agent_evaluations(a, b)
@@ -573,7 +573,7 @@ def _evaluate_agent(
 
 def _compare_agent_evaluations(a: str, b: str) -> None:
     """`acesql eval --compare A B` of two agent evaluations, paired on their tasks."""
-    from acesql.agent.evaluate import compare, compare_table, is_agent_evaluation, read_rows
+    from acesql.eval.agent import compare, compare_table, is_agent_evaluation, read_rows
 
     other = next((ref for ref in (a, b) if not is_agent_evaluation(ref)), None)
     if other is not None:

@@ -17,6 +17,7 @@ after `preprocess_sql`; nothing ever writes the user's database.
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -105,3 +106,25 @@ def read_tasks(path: str | Path) -> list[DebugTask]:
         except (ValueError, DataError) as exc:
             raise DataError(f"{path}:{number}: {exc}") from exc
     return tasks
+
+
+def spread(tasks: list[DebugTask], limit: int | None) -> list[DebugTask]:
+    """At most `limit` tasks, taken round-robin over databases, and within a database
+    round-robin over its categories (in file order within each), so a prefix of any length
+    covers the databases and the categories alike."""
+    by_db: dict[str, list[DebugTask]] = defaultdict(list)
+    for task in tasks:
+        by_db[task.db_id].append(task)
+    order = []
+    groups = [_interleave_categories(group) for group in by_db.values()]
+    for rank in range(max((len(g) for g in groups), default=0)):
+        order += [group[rank] for group in groups if rank < len(group)]
+    return order if limit is None else order[:limit]
+
+
+def _interleave_categories(tasks: list[DebugTask]) -> list[DebugTask]:
+    by_category: dict[str, list[DebugTask]] = defaultdict(list)
+    for task in tasks:
+        by_category[task.category].append(task)
+    lists = list(by_category.values())
+    return [lst[i] for i in range(max(map(len, lists), default=0)) for lst in lists if i < len(lst)]

@@ -5,7 +5,7 @@
   is no list, or with `unclosed_list="salvage"` the columns before its first repeat) ->
   pruned schema -> generator (greedy) -> execution match against the gold;
 - maj@k (k > 0): k generator samples on the same pruned schema vote with their execution
-  results (`acesql.eval.majority`), with candidate recall (any of the k correct); with
+  results (`acesql.selection.majority`), with candidate recall (any of the k correct); with
   `selection.method` r3 the same k are also chosen among by pointwise best-of-k and R3-SQL's
   groupwise ranking, optionally with resampling (`acesql.eval.selection`);
 - generator ability: the generator alone, on the schema pruned to the gold SQL's columns;
@@ -27,13 +27,13 @@ from acesql.config import SelectionSection
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache, gold_columns
 from acesql.errors import ConfigError, SqlParseError
-from acesql.eval.majority import group_results
 from acesql.eval.metrics import failure_category, summarize
 from acesql.eval.selection import prm_fields, ranked_fields, vote_fields
 from acesql.models.prompts import PromptBuilder
 from acesql.ranking.judge import Context, LetterJudge
 from acesql.ranking.resample import SOURCES, sample_pipeline_prompts
 from acesql.selection.answer import answer_fields
+from acesql.selection.majority import group_results
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns
@@ -139,6 +139,21 @@ def evaluate_examples(
     for row in rows:
         _finish(row, selection)
     return summarize(rows + unusable), rows + unusable
+
+
+class Validation:
+    """GRPO's validation: the live policy's greedy pipeline on held-out questions, in every
+    process on its shard (`rows`), then the summary of the gathered rows (`summary`)."""
+
+    def __init__(self, mode: str, max_new_tokens: int, seed: int):
+        self.mode, self.max_new_tokens, self.seed = mode, max_new_tokens, seed
+
+    def rows(self, examples, engine, prompts, executor) -> list[dict]:
+        options = dict(mode=self.mode, max_new_tokens=self.max_new_tokens, seed=self.seed)
+        return evaluate_examples(examples, engine, prompts, executor, **options)[1]
+
+    def summary(self, rows: list[dict]) -> dict:
+        return summarize(rows)
 
 
 def retrieve(

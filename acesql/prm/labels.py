@@ -36,12 +36,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from acesql.agent.observation import render_observation
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache
-from acesql.eval.retrieval import greedy_columns
+from acesql.pipeline import greedy_columns
 from acesql.prm.view import chain_views
 from acesql.sql.cocte import CocteParse, CocteStep, parse_cocte, prefix_sql, render_prefix
+from acesql.sql.observation import render_observation
 from acesql.sql.parsing import parse_sql
 
 PREVIEW_ROWS = 3  # rows of an intermediate result a record shows

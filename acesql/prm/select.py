@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import re
 
-from acesql.agent.observation import render_observation
 from acesql.errors import ConfigError
 from acesql.prm.labels import PREVIEW_ROWS
 from acesql.prm.reward import inverse_entropy_weights, process_reward, step_entropies
 from acesql.prm.view import chain_views
 from acesql.sql.cocte import parse_cocte, prefix_sql
+from acesql.sql.observation import render_observation
 from acesql.sql.parsing import parse_sql
 from acesql.sql.schema import Schema
 
@@ -89,7 +89,7 @@ def weighted_vote(groups: list[list[int]], rewards: list[float | None]) -> int |
 
     Not the seed's selection (it keeps the single best candidate, `best_of_n`): a vote over
     execution results, as maj@n, with each vote worth its candidate's R_proc. `groups`:
-    candidate indices sharing a result (`acesql.eval.majority.group_results`).
+    candidate indices sharing a result (`acesql.selection.majority.group_results`).
 
     >>> weighted_vote([[0, 2], [1]], [0.5, 0.9, 0.5])  # 1.0 against 0.9
     0

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from acesql.config import SelectionSection
 from acesql.errors import ConfigError, DataError
-from acesql.eval.majority import group_results, majority_vote
 from acesql.prm.select import best_of_n
 from acesql.ranking.judge import Context, LetterJudge
 from acesql.ranking.resample import sample_pipeline_prompts
 from acesql.ranking.select import Drawn, select_groupwise, select_with_resampling
 from acesql.selection.answer import Sides, answer_side
+from acesql.selection.majority import group_results, majority_vote
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.parsing import parse_columns, parse_sql

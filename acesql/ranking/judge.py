@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from acesql.agent.observation import render_observation
 from acesql.models.logits import cache_argument, cache_of
 from acesql.models.prompts import templates
+from acesql.sql.observation import render_observation
 from acesql.sql.sandbox import ExecResult
 
 PREVIEW_ROWS = 5

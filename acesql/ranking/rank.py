@@ -4,7 +4,7 @@
     order[0].best  # the candidate to answer with
     decided_by(order)  # which signal put it first
 
-`groups` are candidate indices grouped by execution result (`acesql.eval.majority.
+`groups` are candidate indices grouped by execution result (`acesql.selection.majority.
 group_results`); `prefer(a, b)` is P(the SQL of candidate a is right rather than b's), already
 averaged over both orders by the judge; `pointwise(i)` is P(candidate i is right).
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from acesql.eval.majority import group_results
 from acesql.ranking.judge import Candidate, Context
 from acesql.ranking.rank import GroupScore, rank_groups
+from acesql.selection.majority import group_results
 from acesql.sql.sandbox import ExecResult
 
 

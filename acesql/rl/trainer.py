@@ -155,6 +155,7 @@ class GrpoTrainer:
         sample_values: int = 0,
         sql_format: str = "direct",
         eval_examples: list[Example] | None = None,
+        validation=None,
         tracker: Tracker | None = None,
         device: str | None = None,
         progress: bool = True,
@@ -173,7 +174,11 @@ class GrpoTrainer:
         self.out_dir = Path(out_dir)
         self.checkpoints = Checkpoints(self.out_dir / "checkpoints", state_file=STATE_FILE)
         self.tracker = (tracker if dist.is_main else None) or NullTracker()
-        self.eval_examples = eval_examples or []
+        # the policy scored on held-out questions every eval_every steps by `validation`
+        # (`acesql.eval.end_to_end.Validation`, given by the stage: the trainer does not
+        # import the evaluation above it)
+        self.eval_examples = (eval_examples or []) if validation is not None else []
+        self.validation = validation
         default = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device or (str(dist.device) if dist.enabled else default))
         torch.manual_seed(seed)
@@ -376,19 +381,12 @@ class GrpoTrainer:
     # ------------------------------------------------------------------ evaluation
 
     def _validate(self, record: dict) -> None:
-        from acesql.eval.end_to_end import evaluate_examples
-        from acesql.eval.metrics import summarize
-
-        _, rows = evaluate_examples(
-            self.dist.shard(self.eval_examples),
-            self.engine,
-            self.prompts,
-            self.executor.executor,
-            mode=self.cfg.match_mode,
-            max_new_tokens=self.cfg.generation.max_new_tokens,
-            seed=self.seed,
+        rows = self.validation.rows(
+            self.dist.shard(self.eval_examples), self.engine, self.prompts, self.executor.executor
         )
-        summary = summarize([row for part in self.dist.gather_objects(rows) for row in part])
+        summary = self.validation.summary(
+            [row for part in self.dist.gather_objects(rows) for row in part]
+        )
         ex = summary["pipeline_ex"]
         record["val/pipeline_ex"] = ex
         record["val/generator_ex"] = summary["generator_ex"]

@@ -75,6 +75,7 @@ def _no_questions(model_dir, out_dir, metrics_path) -> dict:
 
 def work(s: dict, tracker) -> dict:
     from acesql.distributed import close, init_from_env
+    from acesql.eval.end_to_end import Validation
     from acesql.rl.trainer import GrpoTrainer
 
     base, cfg, d = s["base"], s["grpo"], s["distributed"]
@@ -103,6 +104,7 @@ def work(s: dict, tracker) -> dict:
         sample_values=s["prompt"].sample_values,
         sql_format=s["prompt"].sql_format,
         eval_examples=eval_examples,
+        validation=Validation(cfg.match_mode, cfg.generation.max_new_tokens, base.seed),
         tracker=tracker,
         dist=dist,
     )

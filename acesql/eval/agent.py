@@ -8,7 +8,7 @@ comparison of two evaluations.
 One greedy trajectory per task. `out/rows.jsonl` gets one row per task as soon as its chunk
 ends (a killed evaluation resumes from them), `out/trajectories.jsonl` the whole
 trajectories, `out/metrics.json` the summary, `out/report.html` the report
-(`acesql.agent.report`). Rates carry a 95% Wilson interval; a
+(`acesql.eval.agent_report`). Rates carry a 95% Wilson interval; a
 comparison is paired on the tasks both sides scored: B - A with a bootstrap interval and the
 exact McNemar p-value (`acesql.paired`).
 """
@@ -22,34 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from acesql.agent.episode import run_episodes
-from acesql.agent.report import write_agent_report
 from acesql.agent.tasks import DebugAgentTask
 from acesql.debug.task import DebugTask
 from acesql.errors import DataError
+from acesql.eval.agent_report import write_agent_report
 from acesql.paired import paired_difference
 from acesql.sql.replicas import ReplicaPool
-
-
-def spread(tasks: list[DebugTask], limit: int | None) -> list[DebugTask]:
-    """At most `limit` tasks, taken round-robin over databases, and within a database
-    round-robin over its categories (in file order within each), so a prefix of any length
-    covers the databases and the categories alike."""
-    by_db: dict[str, list[DebugTask]] = defaultdict(list)
-    for task in tasks:
-        by_db[task.db_id].append(task)
-    order = []
-    groups = [_interleave_categories(group) for group in by_db.values()]
-    for rank in range(max((len(g) for g in groups), default=0)):
-        order += [group[rank] for group in groups if rank < len(group)]
-    return order if limit is None else order[:limit]
-
-
-def _interleave_categories(tasks: list[DebugTask]) -> list[DebugTask]:
-    by_category: dict[str, list[DebugTask]] = defaultdict(list)
-    for task in tasks:
-        by_category[task.category].append(task)
-    lists = list(by_category.values())
-    return [lst[i] for i in range(max(map(len, lists), default=0)) for lst in lists if i < len(lst)]
 
 
 def evaluate_agent(
