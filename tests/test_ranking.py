@@ -337,3 +337,60 @@ def test_ask_ships_the_answer_its_policy_names(school_db):
     assert shipped.full_sql == "SELECT COUNT(*) FROM student"
     small = SelectionSection(answer="by_size", full_schema_tokens=1)  # every prompt is longer
     assert ask(engine, prompts, school_db, question, small).answer_from == "pipeline"
+
+
+def test_ask_skips_ranking_when_the_candidates_agree_and_says_each_step(school_db):
+    from acesql.config import SelectionSection
+    from acesql.models.prompts import PromptBuilder
+    from acesql.ranking.ask import ask
+
+    # AskEngine has no torch model: ranking would fail; one result leaves nothing to rank
+    same = "SELECT COUNT(*) FROM student"
+    engine = AskEngine(same, [same, "SELECT count(*) FROM student", same])
+    steps = []
+    answer = ask(
+        engine,
+        PromptBuilder(ChatTokenizer()),
+        school_db,
+        "How many students?",
+        SelectionSection(method="r3", candidates=4),
+        say=steps.append,
+    )
+    assert answer.sql == same and answer.result.rows == [(60,)]
+    assert answer.agreement == (4, 4) and answer.notes == []
+    assert [g["size"] for g in answer.groups] == [4]
+    assert steps == ["retrieving columns", "writing candidates", "running them"]
+
+
+def test_ask_says_when_it_is_unsure(school_db):
+    from acesql.config import SelectionSection
+    from acesql.models.prompts import PromptBuilder
+    from acesql.ranking.ask import ask
+
+    class Nowhere(AskEngine):  # the retriever names a column the database does not have
+        def generate(self, prompts, n=1, temperature=1.0, **options):
+            from acesql.models.engine import Completion
+
+            if "list the columns" in prompts[0] or "Which columns" in prompts[0]:
+                return [[Completion("```\n[pet.name]\n```")]]
+            return super().generate(prompts, n, temperature, **options)
+
+    prompts = PromptBuilder(ChatTokenizer())
+    engine = Nowhere(
+        "SELECT name FROM student WHERE 0",
+        ["SELECT name FROM student WHERE 0", "SELECT COUNT(*) FROM student", "SELECT nope"],
+    )
+    answer = ask(
+        engine,
+        prompts,
+        school_db,
+        "What is the name of the singer's pet?",
+        SelectionSection(method="maj", candidates=4),
+    )
+    assert answer.result.rows == [] and answer.agreement == (2, 3)
+    assert answer.notes == [
+        "the retriever named no column of this database that fits the question: the query was "
+        "written on the whole schema",
+        "the query ran but returned no rows: the database may not hold the answer",
+        "the candidates disagree: 2 of 3 that ran returned this result",
+    ]

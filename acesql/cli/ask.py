@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import click
 
@@ -71,6 +72,7 @@ def ask_command(
             process_scorer=process_scorer,
             mode=mode,
             max_new_tokens=max_new_tokens,
+            say=_steps(),
         )
     finally:
         engine.close()
@@ -82,6 +84,8 @@ def ask_command(
                 "columns": answer.columns,
                 "resampled": answer.resampled,
                 "answer_from": answer.answer_from,
+                "agreement": {"same_result": answer.agreement[0], "ran": answer.agreement[1]},
+                "notes": answer.notes,
                 **({"full_schema_sql": answer.full_sql} if answer.full_result else {}),
                 **({"candidates": answer.candidates, "groups": answer.groups} if explain else {}),
             }
@@ -94,6 +98,8 @@ def ask_command(
                 click.echo(f"candidate {i} [{state}]: {sql or '(no SQL)'}")
             if answer.resampled:
                 click.echo("the auditor found no likely-correct SQL: more candidates were drawn")
+            if any("preference" in g for g in answer.groups):
+                click.echo(PREFERENCE_NOTE)
             for rank, group in enumerate(answer.groups, 1):
                 click.echo(f"group {rank}: {json_line(group)}")
             if answer.full_result is not None:
@@ -104,8 +110,32 @@ def ask_command(
         else:
             click.echo(answer.sql)
             click.echo(render_observation(answer.result, max_rows=max_rows))
+            same, ran = answer.agreement
+            if ran > 1:
+                click.echo(f"agreement: {same} of {ran} candidates that ran returned this result")
+        for note in answer.notes:
+            click.echo(f"note: {note}", err=True)
     if answer.sql is None:
         sys.exit(1)
+
+
+PREFERENCE_NOTE = (
+    "groups: candidates that returned the same result; preference is the share of pairwise "
+    "judgments the group won against the other groups (0.0 when there is no other group to "
+    "compare with), utility mixes it with the judge's pointwise score, best is the member "
+    "shown as the answer"
+)
+
+
+def _steps():
+    """A callback printing each step of `ask` on stderr with the seconds since the start: a
+    model on a CPU takes minutes, and a user should see which part is running."""
+    start = time.monotonic()
+
+    def say(step: str) -> None:
+        click.echo(f"[{time.monotonic() - start:5.1f} s] {step}...", err=True)
+
+    return say
 
 
 def _process_scorer(selection, engine):

@@ -20,6 +20,7 @@ opened read-only.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +49,9 @@ class Answer:
     groups: list[dict] = field(default_factory=list)  # for --explain
     resampled: bool = False  # r3 with resampling: the auditor fired and more were drawn
     answer_from: str = "pipeline"  # whose answer `sql` is (selection.answer)
+    retriever_matched: bool = True  # the retriever named columns of this schema
+    agreement: tuple[int, int] = (0, 0)  # (candidates with the chosen result, candidates run)
+    notes: list[str] = field(default_factory=list)  # what to know before trusting it
     full_sql: str | None = None  # the full schema's answer, when the policy asked for it
     full_result: ExecResult | None = None
 
@@ -83,137 +87,188 @@ def ask(
     timeout_s: float = 30.0,
     seed: int = 0,
     process_scorer=None,
+    say: Callable[[str], None] = lambda step: None,
 ) -> Answer:
     """`process_scorer` (`acesql.prm.select.ProcessScorer`): for the prm selection, whose
     candidates are what its score model reads (`prompts.sql_format` the same). The
-    candidates run in a SQL worker process, killed at the deadline if SQLite is not."""
-    with BatchExecutor(workers=1, timeout_s=timeout_s) as executor:
-        return _ask(
-            engine,
-            prompts,
-            db_path,
-            question,
-            selection or SelectionSection(method="r3"),
-            executor,
-            mode=mode,
-            max_new_tokens=max_new_tokens,
-            seed=seed,
-            process_scorer=process_scorer,
-        )
-
-
-def _ask(
-    engine,
-    prompts,
-    db_path,
-    question: str,
-    selection: SelectionSection,
-    executor: BatchExecutor,
-    *,
-    mode: str,
-    max_new_tokens: int,
-    seed: int,
-    process_scorer,
-) -> Answer:
+    candidates run in a SQL worker process, killed at the deadline if SQLite is not. `say`
+    is told each step as it starts (retrieving columns, writing candidates, running them,
+    ranking), for a user waiting on a CPU."""
+    selection = selection or SelectionSection(method="r3")
     if selection.method == "prm":
         if process_scorer is None:
             raise ConfigError("the prm selection needs the process scorer (the prm model)")
         process_scorer.require_format(prompts.sql_format)
     schema = open_schema(db_path, prompts.sample_values)
-    (retrieved,) = engine.generate(
-        [prompts.retriever(schema, question)], n=1, temperature=0.0, max_new_tokens=max_new_tokens
-    )
-    parsed = parse_columns(retrieved[0].text, schema)
-    columns, _ = vote_columns([parsed.columns if parsed.ok else None], schema, 0.5, "full_schema")
-    prompt = prompts.generator(schema, columns, question)
+    with BatchExecutor(workers=1, timeout_s=timeout_s) as executor:
+        asking = _Asking(
+            engine,
+            prompts,
+            schema,
+            db_path,
+            question,
+            selection,
+            executor,
+            mode,
+            max_new_tokens,
+            seed,
+            say,
+        )
+        say("retrieving columns")
+        columns, matched = asking.retrieve()
+        say("writing candidates" if selection.method != "greedy" else "writing the query")
+        answer = asking.candidates(columns)
+        answer.retriever_matched = matched
+        index = asking.choose(answer, columns, process_scorer)
+        if index is not None:
+            answer.sql, answer.result = answer.candidates[index], answer.results[index]
+        answer.agreement = _agreement(answer, index, mode)
+        if selection.answer != "pipeline":
+            say("writing the query on the whole schema")
+            _answer_policy(
+                answer,
+                engine,
+                prompts,
+                schema,
+                db_path,
+                question,
+                selection,
+                max_new_tokens,
+                executor,
+            )
+    answer.notes = _notes(answer)
+    return answer
 
-    outputs = []  # every candidate's completion, in candidate order
 
-    def sample(prompt_list: list[str], n: int, seed: int) -> tuple[list[str], list[ExecResult]]:
+class _Asking:
+    """One question's way through the pipeline, step by step (see `ask`)."""
+
+    def __init__(
+        self,
+        engine,
+        prompts,
+        schema,
+        db_path,
+        question,
+        selection,
+        executor,
+        mode,
+        max_new_tokens,
+        seed,
+        say,
+    ):
+        self.engine, self.prompts, self.schema = engine, prompts, schema
+        self.db_path, self.question, self.selection = db_path, question, selection
+        self.executor, self.mode, self.max_new_tokens, self.seed = (
+            executor,
+            mode,
+            max_new_tokens,
+            seed,
+        )
+        self.say = say
+        self.outputs = []  # every candidate's completion, in candidate order
+
+    def retrieve(self) -> tuple[list[str], bool]:
+        """The retriever's voted columns (the whole schema when it names none), and whether
+        it named any column of this schema."""
+        (retrieved,) = self.engine.generate(
+            [self.prompts.retriever(self.schema, self.question)],
+            n=1,
+            temperature=0.0,
+            max_new_tokens=self.max_new_tokens,
+        )
+        parsed = parse_columns(retrieved[0].text, self.schema)
+        named = parsed.columns if parsed.ok else None
+        columns, fell_back = vote_columns([named], self.schema, 0.5, "full_schema")
+        return sorted(columns), not fell_back
+
+    def sample(self, prompts: list[str], n: int, seed: int) -> tuple[list[str], list[ExecResult]]:
         """n candidates for each prompt, in order, run in the sandbox."""
-        groups = engine.generate(
-            prompt_list,
+        groups = self.engine.generate(
+            prompts,
             n=n,
-            temperature=selection.temperature,
-            max_new_tokens=max_new_tokens,
+            temperature=self.selection.temperature,
+            max_new_tokens=self.max_new_tokens,
             seed=seed,
         )
         drawn = [c for g in groups for c in g]
-        outputs.extend(drawn)
+        self.outputs.extend(drawn)
         sqls = [parse_sql(c.text) or "" for c in drawn]
-        return sqls, _run(executor, db_path, sqls)
+        self.say("running them")
+        return sqls, _run(self.executor, self.db_path, sqls)
 
-    greedy = engine.generate([prompt], n=1, temperature=0.0, max_new_tokens=max_new_tokens)[0]
-    outputs.extend(greedy)
-    sqls = [parse_sql(greedy[0].text) or ""]
-    results = _run(executor, db_path, sqls)
-    if selection.method != "greedy":
-        more_sqls, more_results = sample([prompt], selection.candidates - 1, seed)
-        sqls, results = sqls + more_sqls, results + more_results
-    answer = Answer(None, None, sorted(columns), sqls, results)
-    if selection.method == "greedy":
-        index = 0 if sqls[0] else None
-    elif selection.method == "prm":
+    def candidates(self, columns: list[str]) -> Answer:
+        """The greedy answer (candidate 0) and, unless greedy, n - 1 samples, all run."""
+        self.prompt = self.prompts.generator(self.schema, columns, self.question)
+        greedy = self.engine.generate(
+            [self.prompt], n=1, temperature=0.0, max_new_tokens=self.max_new_tokens
+        )[0]
+        self.outputs.extend(greedy)
+        sqls = [parse_sql(greedy[0].text) or ""]
+        results = _run(self.executor, self.db_path, sqls)
+        if self.selection.method != "greedy":
+            more_sqls, more_results = self.sample(
+                [self.prompt], self.selection.candidates - 1, self.seed
+            )
+            sqls, results = sqls + more_sqls, results + more_results
+        return Answer(None, None, columns, sqls, results)
+
+    def choose(self, answer: Answer, columns: list[str], process_scorer) -> int | None:
+        """The index of the chosen candidate under `selection.method` (None: none ran);
+        `answer.groups` says why, for --explain."""
+        sqls, results, method = answer.candidates, answer.results, self.selection.method
+        if method == "greedy":
+            return 0 if sqls[0] else None
+        if method == "prm":
+            return self._prm(answer, columns, process_scorer)
+        groups = group_results(sqls, results, self.mode)
+        if method == "maj" or (len(groups) <= 1 and not self.selection.resample):
+            # one result among the candidates leaves nothing to rank: it is the answer
+            answer.groups = [{"members": g, "size": len(g)} for g in groups]
+            return majority_vote(sqls, results, self.mode).winner
+        self.say("ranking")
+        return self._r3(answer, columns)
+
+    def _prm(self, answer: Answer, columns, process_scorer) -> int | None:
         rewards = process_scorer.rewards(
-            question, prompts.schema_text(schema, columns), "", db_path, outputs, schema=schema
+            self.question,
+            self.prompts.schema_text(self.schema, columns),
+            "",
+            self.db_path,
+            self.outputs,
+            schema=self.schema,
         )
-        index = best_of_n(rewards)
         answer.groups = [
             {"members": [i], "process_reward": None if r is None else round(r, 4)}
             for i, r in sorted(enumerate(rewards), key=lambda x: -(x[1] or -1.0))
         ]
-    elif selection.method == "maj":
-        index = majority_vote(sqls, results, mode).winner
-        answer.groups = [{"members": g, "size": len(g)} for g in group_results(sqls, results, mode)]
-    else:
-        judge = LetterJudge(engine.model, engine.tokenizer)
-        context = Context(question, prompts.schema_text(schema, columns))
+        return best_of_n(rewards)
+
+    def _r3(self, answer: Answer, columns: list[str]) -> int | None:
+        selection, sqls, results = self.selection, answer.candidates, answer.results
+        judge = LetterJudge(self.engine.model, self.engine.tokenizer)
+        context = Context(self.question, self.prompts.schema_text(self.schema, columns))
         kept = list(range(len(sqls)))  # the pool ranked, as indices over every candidate
         if selection.resample:
             drawn: list = []
-
-            def resample(m: int) -> Drawn:
-                if selection.resample_from == "generator":
-                    new = Drawn(*sample([prompt], m, seed + 1))
-                else:
-                    new_prompts, union = sample_pipeline_prompts(
-                        engine,
-                        prompts,
-                        schema,
-                        question,
-                        "",
-                        sorted(columns),
-                        m,
-                        temperature=selection.temperature,
-                        max_new_tokens=max_new_tokens,
-                        seed=seed + 1,
-                    )
-                    new = Drawn(
-                        *sample(new_prompts, 1, seed + 1),
-                        Context(question, prompts.schema_text(schema, union)),
-                    )
-                drawn.append((new.sqls, new.results))
-                return new
-
             out = select_with_resampling(
                 context,
                 sqls,
                 results,
                 judge,
-                resample,
+                self._resampler(columns, drawn),
                 selection.resample_candidates,
                 selection.audit_threshold,
-                mode,
+                self.mode,
                 selection.tau,
                 selection.resample_pool,
             )
             choice, answer.resampled, kept = out.choice, out.fired, out.kept
             for new_sqls, new_results in drawn:
-                sqls, results = sqls + new_sqls, results + new_results
-            answer.candidates, answer.results = sqls, results
+                answer.candidates = answer.candidates + new_sqls
+                answer.results = answer.results + new_results
         else:
-            choice = select_groupwise(context, sqls, results, judge, mode, selection.tau)
-        index = choice.index
+            choice = select_groupwise(context, sqls, results, judge, self.mode, selection.tau)
         answer.groups = [
             {
                 "members": [kept[i] for i in g.members],
@@ -224,13 +279,68 @@ def _ask(
             }
             for g, empty in zip(choice.ranked, choice.empty)
         ]
-    if index is not None:
-        answer.sql, answer.result = sqls[index], results[index]
-    if selection.answer != "pipeline":
-        _answer_policy(
-            answer, engine, prompts, schema, db_path, question, selection, max_new_tokens, executor
+        return choice.index
+
+    def _resampler(self, columns: list[str], drawn: list):
+        """m -> m new candidates (`acesql.ranking.resample`), kept in `drawn` as well."""
+        selection = self.selection
+
+        def resample(m: int) -> Drawn:
+            self.say("drawing more candidates")
+            if selection.resample_from == "generator":
+                new = Drawn(*self.sample([self.prompt], m, self.seed + 1))
+            else:
+                new_prompts, union = sample_pipeline_prompts(
+                    self.engine,
+                    self.prompts,
+                    self.schema,
+                    self.question,
+                    "",
+                    columns,
+                    m,
+                    temperature=selection.temperature,
+                    max_new_tokens=self.max_new_tokens,
+                    seed=self.seed + 1,
+                )
+                new = Drawn(
+                    *self.sample(new_prompts, 1, self.seed + 1),
+                    Context(self.question, self.prompts.schema_text(self.schema, union)),
+                )
+            drawn.append((new.sqls, new.results))
+            return new
+
+        return resample
+
+
+def _agreement(answer: Answer, index: int | None, mode: str) -> tuple[int, int]:
+    """(candidates that returned the chosen result, candidates that ran): how much the
+    model's own samples agree with the answer; (1, 1) for a greedy answer that ran."""
+    ran = [i for i, r in enumerate(answer.results) if r.ok and answer.candidates[i]]
+    if index is None or index not in ran:
+        return 0, len(ran)
+    groups = group_results(answer.candidates, answer.results, mode)
+    same = next((len(g) for g in groups if index in g), 1)
+    return same, len(ran)
+
+
+def _notes(answer: Answer) -> list[str]:
+    """What a user should know before trusting the answer, in plain words."""
+    notes = []
+    if not answer.retriever_matched:
+        notes.append(
+            "the retriever named no column of this database that fits the question: the "
+            "query was written on the whole schema"
         )
-    return answer
+    if answer.sql is None:
+        return notes + ["no candidate query ran"]
+    if answer.result is not None and answer.result.ok and not answer.result.rows:
+        notes.append("the query ran but returned no rows: the database may not hold the answer")
+    same, ran = answer.agreement
+    if ran > 1 and same < ran:
+        notes.append(f"the candidates disagree: {same} of {ran} that ran returned this result")
+    if answer.answer_from == "full_schema":
+        notes.append("the answer is the generator's on the whole schema (selection.answer)")
+    return notes
 
 
 def _answer_policy(
