@@ -28,8 +28,21 @@ def test_load_synth(synth_dir, split):
         assert set(example.gold_columns) <= set(schema.column_ids)
 
 
-def test_synth_through_the_registry(synth_dir):
-    assert load_dataset(synth_dir, "synth", "train").examples == load_synth(synth_dir).examples
+@pytest.mark.parametrize(("split", "databases"), [("train", 4), ("dev", 1), ("test_ood", 1)])
+def test_synth_through_the_registry(synth_dir, split, databases):
+    """The registry reads the split asked for: its questions file, record by record, and
+    every database of tables.json (the fixture: 4 train, 1 dev, 1 test_ood, 4 questions each)."""
+    records = json.loads((synth_dir / f"{split}.json").read_text())
+    data = load_dataset(synth_dir, "synth", split)
+    assert data.name == f"synth-{split}"
+    assert len(data.examples) == len(records) == 4 * databases
+    assert len({e.db_id for e in data.examples}) == databases
+    fields = ("db_id", "question", "sql", "complexity", "gold_columns", "domain", "evidence")
+    assert [(e.index, *(getattr(e, f) for f in fields)) for e in data.examples] == [
+        (i, *(r[f] for f in fields)) for i, r in enumerate(records)
+    ]
+    tables = json.loads((synth_dir / "tables.json").read_text())
+    assert set(data.tables) == {t["db_id"] for t in tables} and len(tables) == 6
 
 
 def test_synth_missing_database_and_bad_records(synth_dir, tmp_path):
