@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from acesql.config import SelectionSection
@@ -140,12 +142,20 @@ def test_the_score_model_learns_its_labels_and_reports_held_out_auc(tiny_model_d
     assert metrics["steps"] == metrics["planned_steps"] == 12 and len(metrics["losses"]) == 12
     assert sum(metrics["losses"][-3:]) < sum(metrics["losses"][:3])  # it fits its labels
     assert metrics["held_out_before/records"] == metrics["held_out_after/records"] == 4
-    assert 0.0 <= metrics["held_out_after/auc"] <= 1.0
+    # the toy set is separable (a right step is one SQL text, a wrong one another): after
+    # training, each of the 2 right held-out records scores above each of the 2 wrong ones
+    assert metrics["held_out_after/auc"] == 1.0
+    assert metrics["held_out_after/loss"] < metrics["held_out_before/loss"]
     assert metrics["held_out_after/auc_within_question"] is None  # one record per question
     assert sum(b["n"] for b in metrics["calibration_after"]) == 4
     again = TrajectoryScorer.load(tmp_path / "prm", max_length=256)
     scores = again.score(held)
-    assert len(scores) == 4 and all(0 < s < 1 for s in scores)
+    assert all(0 < s < 1 for s in scores) and max(scores[0::2]) < min(scores[1::2])
+    # the saved model is the one judged after training: its held-out loss, by hand
+    loss = -sum(
+        r["sigma"] * math.log(s) + (1 - r["sigma"]) * math.log(1 - s) for r, s in zip(held, scores)
+    ) / len(held)
+    assert loss == pytest.approx(metrics["held_out_after/loss"], abs=1e-4)
 
 
 def test_a_direct_answer_is_seen_as_a_chain_that_keeps_its_result(school_db):
@@ -352,7 +362,7 @@ def test_a_direct_score_model_reads_plain_sql_through_its_chain_view(
 
 
 def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth_dir):
-    from acesql.eval.end_to_end import evaluate_examples
+    from acesql.eval.end_to_end import EvalOptions, evaluate_examples
     from acesql.models.prompts import PromptBuilder
     from tests.test_ranking import WordTokenizer
 
@@ -379,8 +389,7 @@ def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth
             Engine(examples, answers=lambda ex: [*chains(ex)[:2], chains(ex)[0]]),
             prompts,
             executor,
-            maj_k=3,
-            selection=SelectionSection(method="prm"),
+            EvalOptions(maj_k=3, selection=SelectionSection(method="prm")),
             process_scorer=ByOrder(),
         )
     assert all(r["prm_scored"] == 3 and r["prm_sql"].endswith("LIMIT 0") for r in rows)
