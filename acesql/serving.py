@@ -14,14 +14,16 @@ match mode, the decoding and SQL limits), taken from params.yaml when it is logg
 input row is `{question, database}`; `database` is a path to a SQLite file that the server
 process can read (absolute, or relative to the server's working directory): the server reads
 it where it runs, nothing is uploaded. Each answer row is `{sql, columns, rows, row_count,
-truncated, agreement, answer_from, error}`: the SQL the pipeline chose
-(`acesql.ranking.ask.ask`), its first `max_rows` rows within `max_bytes` of JSON, how many
-of the generator's candidates returned the chosen result (`"5/8"`; greedy `"1/1"`), and the
-error, if any, as data: a missing or non-SQLite file, an empty question, SQL that failed or
-timed out. The file is only opened read-only and the candidates run in the sandbox's worker
-process with its deadline (`acesql.sql.sandbox` says what that does and does not protect
-against); the server still answers for any SQLite file its user may read, so bind it to
-loopback (the default) or put it behind something that checks the paths.
+truncated, agreement, answer_from, notes, error}`: the SQL the pipeline chose
+(`acesql.ranking.ask.ask`), its first `max_rows` rows within `max_bytes` of JSON, `ask`'s
+agreement (`"5/7"`: 5 of the 7 candidates that ran returned the chosen result; greedy
+`"1/1"`) and notes (an empty result, candidates that disagree, a retriever that named
+nothing of this schema), and the error, if any, as data: a missing or non-SQLite file, an
+empty question, SQL that failed or timed out. The file is only opened read-only and the
+candidates run in the sandbox's worker process with its deadline (`acesql.sql.sandbox` says
+what that does and does not protect against); the server still answers for any SQLite file
+its user may read, so bind it to loopback (the default) or put it behind something that
+checks the paths.
 
 The server runs in the project's environment (`--env-manager local`, with the venv that has
 acesql installed activated: `mlflow models serve` starts `uvicorn` from PATH); the code is
@@ -169,6 +171,7 @@ def answer_row(engine, prompts, settings: ServeSettings, question, database) -> 
         "truncated": False,
         "agreement": None,
         "answer_from": None,
+        "notes": [],
         "error": None,
     }
     question = question.strip() if isinstance(question, str) else ""
@@ -194,8 +197,9 @@ def answer_row(engine, prompts, settings: ServeSettings, question, database) -> 
         return {**reply, "error": str(exc)}
     reply.update(
         sql=answer.sql,
-        agreement=agreement(answer, settings.match_mode),
+        agreement="{}/{}".format(*answer.agreement),
         answer_from=answer.answer_from,
+        notes=answer.notes,
     )
     result = answer.result
     if answer.sql is None or result is None:
@@ -209,19 +213,6 @@ def answer_row(engine, prompts, settings: ServeSettings, question, database) -> 
         error=None if result.ok else ("timed out" if result.timed_out else result.error),
     )
     return reply
-
-
-def agreement(answer, mode: str) -> str:
-    """`"k/n"`: k of the n candidates returned the shipped answer's result under `mode`."""
-    from acesql.selection.majority import group_results
-
-    n = len(answer.candidates)
-    if answer.sql is None or answer.result is None:
-        return f"0/{n}"
-    groups = group_results([*answer.candidates, answer.sql], [*answer.results, answer.result], mode)
-    shipped = n  # the shipped answer's index in the grouped lists
-    agreeing = next((len(g) - 1 for g in groups if shipped in g), 0)
-    return f"{agreeing}/{n}"
 
 
 def bounded_rows(result, max_rows: int, max_bytes: int) -> tuple[list[list], bool]:
@@ -259,6 +250,7 @@ def signature():
             ColSpec("boolean", "truncated"),
             ColSpec("string", "agreement", required=False),
             ColSpec("string", "answer_from", required=False),
+            ColSpec(Array("string"), "notes"),
             ColSpec("string", "error", required=False),
         ]
     )

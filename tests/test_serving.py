@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -34,6 +35,7 @@ REPLY_KEYS = {
     "truncated",
     "agreement",
     "answer_from",
+    "notes",
     "error",
 }
 
@@ -83,9 +85,10 @@ def test_predict_answers_each_row_and_bad_input_as_an_error(school_db, tmp_path)
 
     assert set(count) == REPLY_KEYS
     assert count["sql"] == "SELECT COUNT(*) FROM student" and count["rows"] == [[60]]
-    assert count["agreement"] == "2/4" and count["error"] is None  # greedy and "nope" disagree
+    assert count["agreement"] == "2/3" and count["error"] is None  # of the 3 that ran
+    assert any("disagree" in note for note in count["notes"])
     assert count["columns"] == ["COUNT(*)"] and count["answer_from"] == "pipeline"
-    assert names["agreement"] == "4/4" and names["row_count"] == 60
+    assert names["agreement"] == "4/4" and names["row_count"] == 60 and names["notes"] == []
     assert len(names["rows"]) == 50 and names["truncated"]  # max_rows
     assert "no such database file" in missing["error"] and missing["sql"] is None
     assert "is not a SQLite database" in foreign["error"]
@@ -183,7 +186,8 @@ def test_mlflow_serves_the_registered_pipeline(tiny_model_dir, school_db, tmp_pa
 
     answer, missing = response["predictions"]
     assert set(answer) == REPLY_KEYS and set(missing) == REPLY_KEYS
-    assert isinstance(answer["rows"], list) and answer["agreement"].endswith("/2")
+    assert isinstance(answer["rows"], list) and isinstance(answer["notes"], list)
+    assert re.fullmatch("[0-2]/[0-2]", answer["agreement"])  # of the 2 candidates that ran
     if answer["error"] is None:  # a random model's SQL may not run: then it says why
         assert answer["sql"] and isinstance(answer["row_count"], int)
     assert "no such database file" in missing["error"] and missing["sql"] is None
