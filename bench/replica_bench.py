@@ -18,8 +18,10 @@ What it measures
     - pages: the same, restored by reading the source and the replica page by page and
       rewriting only the pages that differ.
 
-    Bytes are what the process read and wrote through system calls (`rchar` + `wchar` of
-    /proc/self/io, page-cache hits included), from the first replica or copy made to the last
+    Bytes are what the process and its children (the rollback arm's SQL host, which holds the
+    replica views and sends results back over a pipe) read and wrote through system calls
+    (`rchar` + `wchar` of /proc/<pid>/io, page-cache hits included), from the first replica or
+    copy made to the last
     one removed or restored; wall time likewise. The rollback arm's one-time copy of each
     database is counted in its total, and also reported apart (BIRD-RL's Table 3 leaves it
     out). Every arm must observe exactly the same
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import sqlite3
@@ -271,7 +274,21 @@ def _interleave(group, runners):
 
 
 def io_bytes() -> int:
-    fields = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+    """Bytes this process and its live children (the replica pool's SQL host) read and wrote."""
+    total = _process_io("self")
+    me = str(os.getpid())
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if stat.read_text().rsplit(")", 1)[1].split()[1] == me:  # field 4: the parent
+                total += _process_io(stat.parent.name)
+        except (OSError, IndexError):
+            continue  # it ended meanwhile
+    return total
+
+
+def _process_io(pid: str) -> int:
+    text = Path(f"/proc/{pid}/io").read_text()
+    fields = dict(line.split(": ") for line in text.splitlines())
     return int(fields["rchar"]) + int(fields["wchar"])
 
 

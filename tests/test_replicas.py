@@ -378,10 +378,14 @@ def test_a_lease_starts_with_its_connections_counters_at_zero(pool, source):
         assert db.execute("INSERT INTO item (name) VALUES ('x')").ok
         assert db.execute("UPDATE item SET qty = 1 WHERE id < 5").ok
         assert db.execute(counters).rows == [(4, 5, 2001)]
+    with pool.lease(source) as db:  # the same view, kept for its cache of pages
+        assert db.execute(counters).rows == [(0, 0, 0)]
+        assert db.execute("DELETE FROM item WHERE id > 1998").ok
+        assert db.execute(counters).rows == [(2, 2, 0)]
     with pool.lease(source) as db:
         assert db.execute(counters).rows == [(0, 0, 0)]
-    with pool.lease(source) as db:  # a view that only read is kept, and shows nothing either
-        assert db.execute(counters).rows == [(0, 0, 0)]
+        assert db.execute("SELECT count(*) FROM sqlite_temp_master").rows == [(0,)]
+    assert pool.stats.made == 1
 
 
 ENDLESS_BLOBS = (

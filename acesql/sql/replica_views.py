@@ -80,7 +80,9 @@ class ViewServer:
 
     def open(self, view_id: int, path: str) -> None:
         conn, growth = _connect(path, self.max_bytes, self.max_growth_bytes)
-        self.views[view_id] = _View(conn, growth)
+        view = self.views[view_id] = _View(conn, growth)
+        # total_changes() counts from the connection's start; a trajectory sees its own
+        conn.create_function("total_changes", 0, lambda: conn.total_changes - view.changes_base)
 
     def close(self, view_id: int) -> None:
         view = self.views.pop(view_id, None)
@@ -88,11 +90,14 @@ class ViewServer:
             view.conn.close()
 
     def begin(self, view_id: int) -> None:
-        """A lease starts on the view: its transaction opens."""
+        """A lease starts on the view: its transaction opens, and `changes()`,
+        `last_insert_rowid()` and `total_changes()` read 0 whatever an earlier lease wrote."""
         view = self.views[view_id]
-        view.conn.set_authorizer(view.authorize)
-        view.in_user_tx = False
-        view.control("BEGIN")
+        if view.touched:
+            view.conn.set_authorizer(None)
+            _reset_counters(view.conn)
+            view.touched = False
+        view.open_transaction()
 
     def run(self, view_id: int, sql: str, start: float) -> tuple[ExecResult, bool, bool]:
         """Run one statement of the trajectory: its result, whether it belongs in the log of
@@ -108,7 +113,7 @@ class ViewServer:
         view = self.views[view_id]
         if view.conn.in_transaction:
             view.control("ROLLBACK")
-        self.begin(view_id)
+        view.open_transaction()
         for sql, ok in log:
             result, _ = view.apply(sql, start, self)
             if result.ok != ok or not view.conn.in_transaction:
@@ -119,9 +124,7 @@ class ViewServer:
         return None
 
     def release(self, view_id: int) -> bool:
-        """Roll the view back; whether it may serve another lease. One whose trajectory
-        wrote may not: `changes()`, `total_changes()` and `last_insert_rowid()` would show
-        the next trajectory this one's writes, and only a new connection starts them at 0."""
+        """Roll the view back; whether it may serve another lease."""
         view = self.views[view_id]
         try:
             view.conn.set_authorizer(None)
@@ -129,7 +132,7 @@ class ViewServer:
                 view.conn.execute("ROLLBACK")
         except sqlite3.Error:
             return False
-        return not view.touched
+        return True
 
 
 @dataclass
@@ -138,9 +141,17 @@ class _View:
     growth: int  # bytes its database, and its temporary one, may grow
     in_user_tx: bool = False
     touched: bool = False  # a write was authorized on it: its change counters moved
+    changes_base: int = 0  # the connection's total_changes when the lease began
     internal: bool = False
     writes: bool = False
     altering: bool = False
+
+    def open_transaction(self) -> None:
+        """Begin the lease's transaction; `total_changes()` counts from here."""
+        self.changes_base = self.conn.total_changes
+        self.conn.set_authorizer(self.authorize)
+        self.in_user_tx = False
+        self.control("BEGIN")
 
     def apply(self, sql: str, start: float, server: ViewServer) -> tuple[ExecResult, bool]:
         """Run `sql` (the model's transaction control as savepoints); whether to log it."""
@@ -244,6 +255,18 @@ def _connect(path: str, max_bytes: int, max_growth_bytes: int) -> tuple[sqlite3.
     conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, MAX_COLUMNS)
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _length_limit(max_bytes, 1))
     return conn, growth
+
+
+def _reset_counters(conn: sqlite3.Connection) -> None:
+    """Set `last_insert_rowid()` and `changes()` to 0 (an insert of rowid 0 into a scratch
+    table, then a delete of no row), in a transaction rolled back whole."""
+    conn.execute("BEGIN")
+    try:
+        conn.execute("CREATE TEMP TABLE acesql_counters (x)")
+        conn.execute("INSERT INTO acesql_counters (rowid, x) VALUES (0, 0)")
+        conn.execute("DELETE FROM acesql_counters WHERE 0")
+    finally:
+        conn.execute("ROLLBACK")
 
 
 def _failed(error: str, start: float) -> ExecResult:

@@ -22,8 +22,8 @@ How it works
   connection, same transaction); the release is a ROLLBACK, which does no file I/O whether
   the trajectory wrote or not. As the file never changes, the views of one replica need no
   file locks and run side by side, each seeing only its own writes; a released view keeps
-  its cache of clean pages for the next lease, unless its trajectory wrote (a new
-  connection then starts `changes()`, `total_changes()` and `last_insert_rowid()` at 0).
+  its cache of clean pages for the next lease, which finds `changes()`, `total_changes()`
+  and `last_insert_rowid()` at 0 whatever the one before wrote.
 - The views live in the pool's SQL host, a child process (`acesql.sql.host`,
   `acesql.sql.replica_views`), which is killed when a statement outlives its deadline inside
   one SQLite call, where SQLite cannot stop it: the statement comes back timed out, and
@@ -297,7 +297,7 @@ class ReplicaPool:
 
     def _release(self, entry: _Source, view: _View, replica: Path, wrote: bool) -> None:
         """Roll the view back; keep it for the next lease while its replica is still the
-        current one and untouched, and its trajectory did not write, else close it."""
+        current one and untouched, else close it."""
         reusable = self._call(view, "release") is True
         try:
             untouched = _file_stamp(replica) == entry.file_stamp and not _has_journal(replica)
