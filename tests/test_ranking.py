@@ -66,20 +66,45 @@ def test_selection_compares_groups_only_and_answers_with_the_top_group():
     assert nothing.sql is None and nothing.ranked == []
 
 
-def test_the_letter_judge_is_symmetric_bounded_and_cached(tiny_model_dir):
-    from acesql.models.base_model import load_model, load_tokenizer
+def test_the_letter_judge_reads_the_next_tokens_odds_and_runs_each_prompt_once(tiny_model_dir):
+    import torch
 
-    judge = LetterJudge(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir), batch_size=2)
+    from acesql.models.base_model import load_model, load_tokenizer
+    from acesql.ranking.judge import letter_id, pair_prompt, point_prompt
+
+    model, tokenizer = load_model(tiny_model_dir).eval(), load_tokenizer(tiny_model_dir)
+    forwards = []
+    model.register_forward_hook(lambda *_: forwards.append(1))
+    judge = LetterJudge(model, tokenizer, batch_size=2)
     context = Context("How many students?", "student(id, name)")
     a = Candidate("SELECT COUNT(*) FROM student", ok((3,)))
     b = Candidate("SELECT COUNT(name) FROM student", ok((2,)))
-    ab, ba = judge.pairwise(context, a, b), judge.pairwise(context, b, a)
-    assert 0 < ab < 1 and ab + ba == pytest.approx(1.0)  # both orders averaged
+
+    def odds(prompt: str, first: str, second: str) -> float:
+        """P(first) / (P(first) + P(second)) at the next token, the prompt run alone."""
+        with torch.no_grad():
+            ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+            logits = model(**ids).logits[0, -1]
+        gap = logits[letter_id(tokenizer, first)] - logits[letter_id(tokenizer, second)]
+        return float(torch.sigmoid(gap))
+
+    a_first = odds(pair_prompt(tokenizer, context, a, b), "A", "B")
+    b_first = odds(pair_prompt(tokenizer, context, b, a), "A", "B")
+    yes = odds(point_prompt(tokenizer, context, a), "Yes", "No")
+    assert abs(a_first - (1 - b_first)) > 1e-3  # the orders differ: averaging them shows
+    forwards.clear()
+    # P(a is right): "A" when a comes first, "B" when it comes second, averaged
+    ab = judge.pairwise(context, a, b)
+    assert ab == pytest.approx(0.5 * (a_first + 1 - b_first), abs=1e-5)
     point = judge.pointwise(context, a)
-    assert 0 < point < 1
-    calls = judge.calls
-    assert judge.pairwise_many(context, [(a, b), (b, a)]) == [ab, ba]
-    assert judge.pointwise(context, a) == point and judge.calls == calls  # from the cache
+    assert point == pytest.approx(yes, abs=1e-5)
+    ran, scored = len(forwards), judge.calls
+    assert ran > 0 and scored == 3  # a pair is two prompts
+    assert judge.pairwise_many(context, [(a, b)]) == [ab] and judge.pointwise(context, a) == point
+    assert (len(forwards), judge.calls) == (ran, scored)  # from the cache: the model never ran
+    # the same question over another schema is another judgment
+    judge.pointwise(Context(context.question, "student(id)"), a)
+    assert len(forwards) > ran and judge.calls == scored + 1
 
 
 def test_judgments_sharing_a_prefix_read_what_each_prompt_reads_alone(tiny_model_dir):
