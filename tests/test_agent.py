@@ -187,27 +187,49 @@ def test_a_one_turn_opening_asks_for_the_submission_at_once(school_db):
 
 
 def test_episodes_with_a_tiny_model(pool, school_db, tiny_model_dir):
+    """Six random tokens a turn never close an action: each trajectory is told so, takes both
+    its turns and ends without a submission; the same seed replays the same episodes."""
+    from acesql.agent.episode import render_chat
     from acesql.models.base_model import load_tokenizer
     from acesql.models.engine import load_engine
+    from acesql.models.prompts import templates
 
-    engine = load_engine("transformers", tiny_model_dir, device="cpu")
     tokenizer = load_tokenizer(tiny_model_dir)
-    groups = run_episodes(
-        engine,
-        tokenizer,
-        [debug_task(school_db)],
-        pool,
-        n=2,
-        max_turns=2,
-        max_new_tokens=6,
-        seed=0,
-    )
-    engine.close()
-    assert len(groups[0]) == 2
-    for trajectory in groups[0]:
-        assert trajectory.finish in ("submitted", "turn_budget")
-        assert all(t.completion.token_ids for t in trajectory.turns)
-        assert trajectory.to_dict()["turns"][0]["tokens"] > 0
+    task = debug_task(school_db)
+
+    def episodes():
+        engine = load_engine("transformers", tiny_model_dir, device="cpu")
+        try:
+            (group,) = run_episodes(
+                engine, tokenizer, [task], pool, n=2, max_turns=2, max_new_tokens=6, seed=0
+            )
+        finally:
+            engine.close()
+        return group
+
+    group = episodes()
+    told = templates()["agent"]["malformed"]
+    assert len(group) == 2
+    for trajectory in group:
+        assert (trajectory.finish, trajectory.submission) == ("turn_budget", None)
+        assert (trajectory.passed, trajectory.reward) == (False, 0.0)
+        assert trajectory.verdict == "no submission"
+        first, second = trajectory.turns
+        for turn, left in ((first, 1), (second, 0)):
+            assert turn.action.kind == "none" and len(turn.completion.token_ids) == 6
+            assert tokenizer.decode(turn.completion.token_ids) == turn.completion.text
+            assert turn.observation == told.format(turns_left=left)
+        # the second turn reads the opening, what the model said, and what came back
+        assert second.prompt == render_chat(
+            tokenizer,
+            task.messages(2)
+            + [
+                {"role": "assistant", "content": first.completion.text},
+                {"role": "user", "content": told.format(turns_left=1)},
+            ],
+        )
+    assert group[0].turns[0].completion.text != group[1].turns[0].completion.text
+    assert [t.to_dict() for t in episodes()] == [t.to_dict() for t in group]
 
 
 def test_agent_evaluation_resumes_summarizes_and_compares(pool, school_db, tmp_path):

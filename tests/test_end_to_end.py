@@ -6,7 +6,7 @@ import re
 import pytest
 
 from acesql.data.loaders import load_dataset
-from acesql.eval.end_to_end import evaluate_examples
+from acesql.eval.end_to_end import EvalOptions, evaluate_examples
 from acesql.models.engine import Completion
 from acesql.models.prompts import PromptBuilder
 from acesql.sql.batch_executor import BatchExecutor
@@ -74,7 +74,9 @@ def test_wrong_sql_and_bad_columns(setup):
     assert all(r["retrieved_columns"] == [] for r in rows)
     with BatchExecutor(workers=0) as ex:
         engine = Oracle(examples, bad_columns=True)
-        summary, rows = evaluate_examples(examples, engine, prompts, ex, on_empty="full_schema")
+        summary, rows = evaluate_examples(
+            examples, engine, prompts, ex, EvalOptions(on_empty="full_schema")
+        )
     # ... or, as an evaluation option, the whole schema; the oracle generator then succeeds
     assert summary["retriever_fallback_rate"] == 1.0 and summary["pipeline_ex"] == 1.0
     assert all(len(r["retrieved_columns"]) > 1 for r in rows)
@@ -85,7 +87,9 @@ def test_a_looping_retriever_is_rejected_or_salvaged(setup):
     with BatchExecutor(workers=0) as ex:
         strict, _ = evaluate_examples(examples, Oracle(examples, loop=True), prompts, ex)
         engine = Oracle(examples, loop=True)
-        salvaged, rows = evaluate_examples(examples, engine, prompts, ex, unclosed_list="salvage")
+        salvaged, rows = evaluate_examples(
+            examples, engine, prompts, ex, EvalOptions(unclosed_list="salvage")
+        )
     # the paper's strict parse: no list, an empty schema; salvaged: the looped-over columns
     assert strict["retriever_fallback_rate"] == 1.0 and strict["retriever_salvaged_rate"] == 0.0
     assert salvaged["retriever_fallback_rate"] == 0.0 and salvaged["retriever_salvaged_rate"] == 1.0
@@ -108,7 +112,7 @@ def test_voting_samples_at_temperature_one(setup):
     examples, prompts = setup
     engine = Oracle(examples)
     with BatchExecutor(workers=0) as ex:
-        evaluate_examples(examples, engine, prompts, ex, retriever_samples=4)
+        evaluate_examples(examples, engine, prompts, ex, EvalOptions(retriever_samples=4))
     assert engine.calls[0][1:] == (4, 1.0)
 
 
@@ -267,7 +271,9 @@ def test_full_schema_ex_and_the_answer_policies(setup):
     with BatchExecutor(workers=0) as ex:
         for policy in ("pipeline", "full_schema", "pipeline_else_full", "by_size"):
             selection = SelectionSection(answer=policy, full_schema_tokens=1)
-            scored[policy] = evaluate_examples(examples, engine, prompts, ex, selection=selection)
+            scored[policy] = evaluate_examples(
+                examples, engine, prompts, ex, EvalOptions(selection=selection)
+            )
     summary, rows = scored["pipeline"]
     assert summary["pipeline_ex"] == summary["generator_ex"] == 0.0
     assert summary["full_schema_ex"] == 1.0 and summary["full_schema_correct"] == len(examples)

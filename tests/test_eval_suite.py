@@ -13,7 +13,7 @@ from acesql.config import SelectionSection
 from acesql.data.loaders import load_dataset
 from acesql.errors import DataError
 from acesql.eval.compare import compare_table, load_evaluation
-from acesql.eval.end_to_end import evaluate_examples
+from acesql.eval.end_to_end import EvalOptions, evaluate_examples
 from acesql.eval.metrics import failure_category, summarize
 from acesql.eval.runner import evaluate_to_folder, fingerprint, model_digest, read_unfinished
 from acesql.eval.sql_eval import load_predictions, write_bird_predictions
@@ -194,7 +194,7 @@ def test_maj_at_k_outvotes_a_wrong_greedy_answer(setup):
     answers = {0: "SELECT 12345", 1: None, 2: "SELEC nothing", 3: None, 4: "SELECT 54321"}
     engine = Scripted(examples, lambda ex, i: answers[i] or ex.sql)
     with BatchExecutor(workers=0) as executor:
-        summary, rows = evaluate_examples(examples, engine, prompts, executor, maj_k=4)
+        summary, rows = evaluate_examples(examples, engine, prompts, executor, EvalOptions(maj_k=4))
     assert summary["pipeline_ex"] == 0.0 and summary["maj_ex"] == 1.0
     assert all(r["maj_votes"] == 2 and r["maj_valid"] == 3 for r in rows)
     assert all(r["maj_sql"] == r["gold_sql"] for r in rows)
@@ -213,7 +213,12 @@ def test_r3_chooses_among_the_same_candidates_that_maj_votes_on(setup):
     selection = SelectionSection(method="r3", candidates=3)
     with BatchExecutor(workers=0) as executor:
         summary, rows = evaluate_examples(
-            examples, engine, prompts, executor, maj_k=3, selection=selection, judge=judge
+            examples,
+            engine,
+            prompts,
+            executor,
+            EvalOptions(maj_k=3, selection=selection),
+            judge=judge,
         )
     assert summary["maj_ex"] == 0.0 and summary["r3_ex"] == 1.0 and summary["point_ex"] == 1.0
     assert summary["oracle_ex"] == 1.0 and summary["maj_given_recall"] == 0.0
@@ -260,8 +265,7 @@ def test_resampling_the_pipeline_reaches_a_column_the_retriever_left_out(setup, 
             engine,
             prompts,
             executor,
-            maj_k=2,
-            selection=SelectionSection(**selection, resample_from=source),
+            EvalOptions(maj_k=2, selection=SelectionSection(**selection, resample_from=source)),
             judge=judge,
         )
     assert summary["pipeline_ex"] == 0.0 and summary["oracle_ex"] == 0.0
@@ -505,7 +509,7 @@ def test_report_shows_plots_failures_and_escapes_text(setup, tmp_path):
     examples = [replace(examples[0], question="<b>bold</b>?")]
     engine = Scripted(examples, lambda ex, i: "SELECT name FROM WHERE")
     with BatchExecutor(workers=0) as executor:
-        summary, rows = evaluate_examples(examples, engine, prompts, executor, maj_k=2)
+        summary, rows = evaluate_examples(examples, engine, prompts, executor, EvalOptions(maj_k=2))
     write_report(tmp_path / "r.html", {**summary, "split": "dev", "dataset": "d"}, rows)
     page = (tmp_path / "r.html").read_text()
     assert len(re.findall(r'src="data:image/png;base64,[A-Za-z0-9+/=]{200,}"', page)) == 3

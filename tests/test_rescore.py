@@ -9,7 +9,7 @@ from acesql.cli import cli
 from acesql.config import SelectionSection
 from acesql.data.loaders import load_dataset
 from acesql.errors import AcesqlError, DataError
-from acesql.eval.end_to_end import evaluate_examples
+from acesql.eval.end_to_end import EvalOptions, evaluate_examples
 from acesql.eval.rescore import matching_examples
 from acesql.eval.runner import read_unfinished
 from acesql.eval.session import stored_candidates
@@ -51,8 +51,7 @@ def stored_run(synth_dir, tiny_model_dir):
             Sampler(examples),
             prompts,
             executor,
-            maj_k=3,
-            selection=R3,
+            EvalOptions(maj_k=3, selection=R3),
             judge=Judge(set()),
         )
     return examples, prompts, {r["index"]: r for r in rows}
@@ -78,8 +77,7 @@ def rescore(stored_run, judge, k, selection, scorer=None):
             engine,
             prompts,
             executor,
-            maj_k=k,
-            selection=selection,
+            EvalOptions(maj_k=k, selection=selection),
             judge=judge,
             process_scorer=scorer,
             stored=stored,
@@ -197,9 +195,7 @@ def test_the_command_rescores_a_folder_paired_with_it(synth_dir, tiny_model_dir,
     assert [r["index"] for r in a] == [r["index"] for r in b]
     for x, y in zip(a, b):
         assert y["r3_pool"] == x["r3_pool"] + x["r3rs_drawn"][:2] and y["maj_k"] == 4
-    paired = CliRunner().invoke(
-        cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
-    )
+    paired = CliRunner().invoke(cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert paired.exit_code == 0 and "maj" in paired.output
     # a source still being written: its rows so far are scored, and the rescoring stays
     # unfinished until it is run again on the finished source

@@ -68,5 +68,5 @@ def test_the_resample_pool_asked_for_is_the_one_ranked(setup, monkeypatch, pool)
     monkeypatch.setattr(selection_module, "select_with_resampling", spy)
     engine = RoleEngine(examples, lambda ex, n, o: [sql_answer("SELECT 12345")] * n, gold_columns)
     with BatchExecutor(workers=0) as executor:
-        evaluate_examples(examples, engine, prompts, executor, judge=Judge(set()), **options)
+        evaluate_examples(examples, engine, prompts, executor, options, judge=Judge(set()))
     assert ranked_with == [pool] * len(examples)

@@ -22,6 +22,7 @@ error, match reason, failure category, tokens. `acesql.eval.metrics` turns rows 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from acesql.config import SelectionSection
 from acesql.data.loaders import Example
@@ -40,39 +41,47 @@ from acesql.sql.columns import extract_columns
 from acesql.sql.parsing import parse_columns, parse_sql
 
 
+@dataclass(frozen=True)
+class EvalOptions:
+    """What decides an evaluation's rows, beside the model and the questions."""
+
+    mode: str = "multiset"  # execution match mode
+    retriever_samples: int = 1  # 1: greedy; n > 1: n samples at temperature 1, voted
+    vote_threshold: float = 0.5  # share of the retriever samples a column needs
+    on_empty: str = "empty"  # nothing voted: an empty schema, or the full_schema
+    unclosed_list: str = "reject"  # a list cut off while looping: no list, or salvage
+    max_new_tokens: int = 256
+    maj_k: int = 0  # candidates sampled on the pruned schema (0: none)
+    maj_temperature: float = 1.0
+    selection: SelectionSection = field(default_factory=SelectionSection)
+    seed: int = 0
+
+
 def evaluate_examples(
     examples: list[Example],
     engine,
     prompts: PromptBuilder,
     executor: BatchExecutor,
+    options: EvalOptions | None = None,
     *,
-    mode: str = "multiset",
-    retriever_samples: int = 1,
-    vote_threshold: float = 0.5,
-    on_empty: str = "empty",
-    unclosed_list: str = "reject",
-    max_new_tokens: int = 256,
-    maj_k: int = 0,
-    maj_temperature: float = 1.0,
-    selection: SelectionSection | None = None,
     judge=None,
     process_scorer=None,
-    seed: int = 0,
     schemas: SchemaCache | None = None,
     stored: dict[int, dict] | None = None,
     phase: Callable[[str], None] = lambda name: None,
 ) -> tuple[dict, list[dict]]:
     """Evaluate `examples` (usable ones) end to end; return (summary, rows).
 
-    `selection` (the `selection` params section; with maj_k > 0) adds its method's choices:
-    `r3`'s, judged by `judge` (default: a `LetterJudge` on the engine's torch model, so the
-    transformers engine), `prm`'s, scored by `process_scorer`
+    `options.selection` (the `selection` params section; with maj_k > 0) adds its method's
+    choices: `r3`'s, judged by `judge` (default: a `LetterJudge` on the engine's torch model,
+    so the transformers engine), `prm`'s, scored by `process_scorer`
     (`acesql.prm.select.ProcessScorer`); its `answer` policy says which answer is the
     product's (`acesql.selection.answer`). With `stored` (an earlier r3 evaluation's rows by
     question index), nothing is generated: the stored candidates are scored again
     (`acesql.eval.rescore`), judged by `judge`. `phase(name)` is told which part runs
     (retrieving, generating, sampling, judging, rescoring), for a progress display."""
-    selection = selection or SelectionSection()
+    o = options or EvalOptions()
+    selection, mode, maj_k = o.selection, o.mode, o.maj_k
     schemas = schemas or SchemaCache(prompts.sample_values)
     unusable = [_unusable_row(e) for e in examples if e.unusable is not None]
     examples = [e for e in examples if e.unusable is None]
@@ -81,58 +90,44 @@ def evaluate_examples(
     if stored is not None:
         phase("rescoring")
         rows = _rescored(
-            examples,
-            stored,
-            engine,
-            prompts,
-            executor,
-            schemas,
-            mode,
-            maj_k,
-            selection,
-            judge,
-            process_scorer,
+            examples, stored, engine, prompts, executor, schemas, o, judge, process_scorer
         )
         return summarize(rows + unusable), rows + unusable
-    greedy = dict(temperature=0.0, max_new_tokens=max_new_tokens, seed=seed)
-    sampling = dict(temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
+    greedy = dict(temperature=0.0, max_new_tokens=o.max_new_tokens, seed=o.seed)
+    sampling = dict(temperature=1.0, max_new_tokens=o.max_new_tokens, seed=o.seed)
     phase("retrieving")
     rows, pipeline_prompts = retrieve(
         examples,
         engine,
         prompts,
         schemas,
-        samples=retriever_samples,
-        sampling=sampling if retriever_samples > 1 else greedy,
-        vote_threshold=vote_threshold,
-        on_empty=on_empty,
-        unclosed_list=unclosed_list,
+        samples=o.retriever_samples,
+        sampling=sampling if o.retriever_samples > 1 else greedy,
+        vote_threshold=o.vote_threshold,
+        on_empty=o.on_empty,
+        unclosed_list=o.unclosed_list,
     )
     phase("generating")
     answer_greedily(
         examples, rows, engine, prompts, executor, schemas, pipeline_prompts, mode, greedy
     )
     if maj_k > 0:
-        sampling = dict(temperature=maj_temperature, max_new_tokens=max_new_tokens, seed=seed)
+        sampling = dict(temperature=o.maj_temperature, max_new_tokens=o.max_new_tokens, seed=o.seed)
         phase("sampling")
         pools, samples = _candidates(
             examples, rows, engine, pipeline_prompts, executor, mode, maj_k, sampling
         )
         phase("judging")
+        tools = (engine, prompts, executor, schemas)
         select(
             examples,
             rows,
             pools,
             samples,
             pipeline_prompts,
-            engine,
-            prompts,
-            executor,
-            schemas,
-            mode,
-            selection,
+            tools,
+            o,
             sampling,
-            unclosed_list,
             judge,
             process_scorer,
         )
@@ -149,8 +144,8 @@ class Validation:
         self.mode, self.max_new_tokens, self.seed = mode, max_new_tokens, seed
 
     def rows(self, examples, engine, prompts, executor) -> list[dict]:
-        options = dict(mode=self.mode, max_new_tokens=self.max_new_tokens, seed=self.seed)
-        return evaluate_examples(examples, engine, prompts, executor, **options)[1]
+        options = EvalOptions(mode=self.mode, max_new_tokens=self.max_new_tokens, seed=self.seed)
+        return evaluate_examples(examples, engine, prompts, executor, options)[1]
 
     def summary(self, rows: list[dict]) -> dict:
         return summarize(rows)
@@ -254,26 +249,26 @@ def select(
     pools,
     samples,
     pipeline_prompts,
-    engine,
-    prompts,
-    executor,
-    schemas,
-    mode,
-    selection,
-    sampling,
-    unclosed_list,
+    tools,
+    options: EvalOptions,
+    sampling: dict,
     judge,
     process_scorer,
 ) -> None:
-    """`selection.method`'s choice among each question's candidates (`pools`: their SQL and
-    verdicts; `samples`: the completions), added to its row; maj@n is already there."""
+    """`options.selection.method`'s choice among each question's candidates (`pools`: their
+    SQL and verdicts; `samples`: the completions), added to its row; maj@n is already there.
+    `tools`: (engine, prompts, executor, schemas)."""
+    engine, prompts, executor, schemas = tools
+    selection, mode = options.selection, options.mode
     if selection.method == "prm":
         _prm_select(examples, rows, pools, samples, prompts, schemas, process_scorer, mode)
     if selection.method == "r3":
         judge = judge or LetterJudge(engine.model, engine.tokenizer)
         redraw = None
         if selection.resample:
-            redraw = Redraw(engine, prompts, schemas, executor, mode, sampling, unclosed_list)
+            redraw = Redraw(
+                engine, prompts, schemas, executor, mode, sampling, options.unclosed_list
+            )
         _r3_select(
             examples,
             rows,
@@ -323,15 +318,14 @@ def _rescored(
     prompts,
     executor,
     schemas,
-    mode,
-    maj_k,
-    selection,
+    options: EvalOptions,
     judge,
     process_scorer,
 ) -> list[dict]:
     """Rows scored again on an earlier run's stored candidates (`acesql.eval.rescore`)."""
     from acesql.eval.rescore import rescore_examples
 
+    selection = options.selection
     contexts = [_judged_in(prompts, schemas, ex, stored[ex.index]) for ex in examples]
     if selection.method == "r3":
         judge = judge or LetterJudge(engine.model, engine.tokenizer)
@@ -341,8 +335,8 @@ def _rescored(
         executor,
         judge,
         contexts=contexts,
-        mode=mode,
-        maj_k=maj_k,
+        mode=options.mode,
+        maj_k=options.maj_k,
         selection=selection,
         process_scorer=process_scorer,
         schemas=schemas,

@@ -32,6 +32,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import fields, replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -40,7 +41,7 @@ from acesql.config import SelectionSection
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache
 from acesql.errors import DataError
-from acesql.eval.end_to_end import evaluate_examples
+from acesql.eval.end_to_end import EvalOptions, evaluate_examples
 from acesql.eval.metrics import summarize
 from acesql.eval.report import write_report
 from acesql.eval.sql_eval import write_bird_predictions
@@ -92,7 +93,6 @@ def evaluate_to_folder(
         partial = out / f".partial-{fingerprint(model, growing or examples, settings)}.jsonl"
         done, earlier_seconds = _read_partial(partial)
         start = time.monotonic()
-        chunks = [examples[i : i + chunk_size] for i in range(0, len(examples), chunk_size)]
         finished = sum(e.index in done for e in examples)
         if finished:
             print(
@@ -105,10 +105,6 @@ def evaluate_to_folder(
             unit="q",
             disable=not progress,
         )
-        watched = _Watched(engine, bar)
-        schemas = SchemaCache(prompts.sample_values)
-        options = _options(settings)
-        seed = options.pop("seed", 0)
         _end_with_newline(partial)
         with partial.open("a") as fh:
             if not done and fh.tell() == 0:
@@ -119,30 +115,13 @@ def evaluate_to_folder(
                     "questions": len(growing or examples),
                 }
                 fh.write(json.dumps({"header": header}) + "\n")
+            chunks = [examples[i : i + chunk_size] for i in range(0, len(examples), chunk_size)]
+            run = _Chunks(_Watched(engine, bar), prompts, executor, _options(settings), tools)
             for number, chunk in enumerate(chunks):
                 todo = [e for e in chunk if e.index not in done]
-                if not todo:
-                    continue
-                began = time.monotonic()
-                _, rows = evaluate_examples(
-                    todo,
-                    watched,
-                    prompts,
-                    executor,
-                    seed=seed + number,
-                    schemas=schemas,
-                    phase=watched.phase,
-                    **(tools or {}),
-                    **options,
-                )
-                done.update((r["index"], r) for r in rows)
-                seconds = round(time.monotonic() - began, 2)
-                record = {"chunk": _key(todo), "rows": rows, "seconds": seconds}
-                fh.write(json.dumps(record, default=str) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-                release_free_heap()  # judgments and executions leave freed pages behind too
-                bar.update(len(todo))
+                if todo:
+                    done.update(run.save(fh, number, todo))
+                    bar.update(len(todo))
         bar.close()
         rows = [done[e.index] for e in examples]
         summary = _described(summarize(rows), model, dataset, split, settings, start)
@@ -157,6 +136,37 @@ def evaluate_to_folder(
         _write_folder(out, summary, rows, settings)
         partial.unlink()
         return summary, rows
+
+
+class _Chunks:
+    """Evaluates chunks of questions and appends each one's rows to the partial file."""
+
+    def __init__(self, engine, prompts, executor, options: EvalOptions, tools: dict | None):
+        self.engine, self.prompts, self.executor = engine, prompts, executor
+        self.options, self.tools = options, tools or {}
+        self.schemas = SchemaCache(prompts.sample_values)
+
+    def save(self, fh, number: int, chunk: list[Example]) -> dict[int, dict]:
+        """The rows of `chunk` (the `number`th of the run: its sampling seed), by question,
+        written to `fh` in one line that a kill cannot leave half-read."""
+        began = time.monotonic()
+        _, rows = evaluate_examples(
+            chunk,
+            self.engine,
+            self.prompts,
+            self.executor,
+            replace(self.options, seed=self.options.seed + number),
+            schemas=self.schemas,
+            phase=self.engine.phase,
+            **self.tools,
+        )
+        seconds = round(time.monotonic() - began, 2)
+        record = {"chunk": _key(chunk), "rows": rows, "seconds": seconds}
+        fh.write(json.dumps(record, default=str) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+        release_free_heap()  # judgments and executions leave freed pages behind too
+        return {row["index"]: row for row in rows}
 
 
 class _Watched:
@@ -213,7 +223,7 @@ def evaluate_in_memory(
     """`evaluate_to_folder` without the folder: the same summary, nothing written or resumed."""
     start = time.monotonic()
     summary, rows = evaluate_examples(
-        examples, engine, prompts, executor, **(tools or {}), **_options(settings)
+        examples, engine, prompts, executor, _options(settings), **(tools or {})
     )
     return _described(summary, model, dataset, split, settings, start), rows
 
@@ -235,27 +245,16 @@ def _described(summary: dict, model, dataset, split, settings: dict, start: floa
     }
 
 
-def _options(settings: dict) -> dict:
-    """The settings that are `evaluate_examples`' keyword arguments, the `selection` section
-    typed again."""
+def _options(settings: dict) -> EvalOptions:
+    """The settings that are `evaluate_examples`' options, the `selection` section typed
+    again."""
     options = {k: v for k, v in settings.items() if k in _EVAL_ARGS}
     if options.get("selection") is not None:
         options["selection"] = SelectionSection.model_validate(options["selection"])
-    return options
+    return EvalOptions(**options)
 
 
-_EVAL_ARGS = {
-    "mode",
-    "retriever_samples",
-    "vote_threshold",
-    "on_empty",
-    "unclosed_list",
-    "max_new_tokens",
-    "maj_k",
-    "maj_temperature",
-    "selection",
-    "seed",
-}
+_EVAL_ARGS = {f.name for f in fields(EvalOptions)}
 
 
 def fingerprint(model: str, examples: list[Example], settings: dict) -> str:
