@@ -1,6 +1,7 @@
 """The training progress bar under a time budget: the budget's time left, not a steps ETA."""
 
 import io
+import re
 
 import pytest
 
@@ -40,7 +41,16 @@ def test_without_a_budget_it_is_tqdms_bar():
     assert "3/400 [00:38<?, ?step/s]" in _render(None)
 
 
-def test_a_disabled_bar_accepts_a_budget():
-    bar = StepBar(total=4, disable=True, budget_s=10)
+@pytest.mark.parametrize("disable", [True, False])
+def test_a_disabled_bar_accepts_a_budget_and_writes_nothing(disable):
+    """Every process but the main one holds a disabled bar: it takes the same arguments and
+    prints nothing, where an enabled one prints the budget."""
+    out = io.StringIO()
+    bar = StepBar(total=4, disable=disable, budget_s=10, file=out)
     bar.update()
+    bar.set_postfix(loss="0.50")
     bar.close()
+    if disable:
+        assert out.getvalue() == ""
+    else:
+        assert re.search(r"1/4 \[\d\d:\d\d<\d\d:\d\d budget, ", out.getvalue())
