@@ -2,6 +2,7 @@
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 
@@ -119,13 +120,39 @@ def test_clear_error_for_bad_input(sample_dir, tmp_path):
 
 
 def test_check_gold_sql_on_the_sample_dataset(tmp_path):
-    proc = acesql(
-        "check-gold-sql", "--spider", tmp_path / "absent", "--out", tmp_path / "out", "--workers", 1
-    )
+    proc = acesql("check-gold-sql", "--sample", "--out", tmp_path / "out", "--workers", 1)
     report = json.loads(proc.stdout)
     assert all(report[m]["ex"] == 1.0 for m in ("multiset", "bird", "spider"))
     assert (tmp_path / "out" / "summary.json").is_file()
     assert "deprecated" not in proc.stderr
+
+
+def test_the_self_check_fails_loudly(tmp_path):
+    # a folder given by hand that is not there is an error, not the sample in its place
+    typo = acesql("check-gold-sql", "--spider", tmp_path / "spidr", check=False)
+    assert typo.returncode == 2 and "no tables.json in" in typo.stderr
+    # a dataset whose every gold query fails has nothing usable: exit 1, said why
+    data = tmp_path / "broken"
+    (data / "database" / "d").mkdir(parents=True)
+    sqlite3.connect(data / "database" / "d" / "d.sqlite").execute("CREATE TABLE t (a INT)")
+    tables = [
+        {
+            "db_id": "d",
+            "table_names_original": ["t"],
+            "column_names_original": [[-1, "*"], [0, "a"]],
+            "column_types": ["text", "number"],
+            "primary_keys": [],
+            "foreign_keys": [],
+        }
+    ]
+    (data / "tables.json").write_text(json.dumps(tables))
+    (data / "dev.json").write_text(
+        json.dumps([{"db_id": "d", "question": "?", "query": "SELECT nope FROM t"}])
+    )
+    failed = acesql("check-gold-sql", "--spider", data, "--out", tmp_path / "o", check=False)
+    assert (
+        failed.returncode == 1 and "self-check failed: multiset: no usable example" in failed.stderr
+    )
 
 
 def test_the_self_check_is_named_for_what_it_does(tmp_path):
@@ -134,7 +161,7 @@ def test_the_self_check_is_named_for_what_it_does(tmp_path):
     listing = acesql("--help").stdout
     assert "check-gold-sql" in listing and "main job" not in listing
     assert "run " not in listing.split("Commands:")[1]
-    old = acesql("run", "--spider", tmp_path / "absent", "--out", tmp_path / "out")
+    old = acesql("run", "--sample", "--out", tmp_path / "out")
     assert json.loads(old.stdout)["spider"]["ex"] == 1.0
     assert "'run' is deprecated" in old.stderr and "acesql check-gold-sql" in old.stderr
 

@@ -1015,3 +1015,16 @@ def test_a_resume_file_with_broken_chunks_redoes_their_questions(tmp_path):
     partial.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"chunk": "4')
     done, seconds = _read_partial(partial)
     assert sorted(done) == [0, 1] and seconds == 2.5
+
+
+def test_comparing_run_ids_without_a_store_creates_none(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    ids = ["0" * 32, "1" * 32]
+    result = CliRunner().invoke(cli, ["eval", "compare", *ids])
+    assert isinstance(result.exception, DataError)
+    assert "no MLflow store at sqlite:///mlflow.db" in str(result.exception)
+    assert list(tmp_path.iterdir()) == []

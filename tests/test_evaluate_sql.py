@@ -96,6 +96,12 @@ def test_prediction_formats(tmp_path):
         ('{"0": 0.9}', "must be a string 'SQL"),
         ('{"0": null}', "must be a string 'SQL"),
         ('{"index": 0.9, "sql": "a"}\n', "expected"),
+        # a digit that int() refuses, and two keys naming one question
+        ('{"\u00b2": "SELECT 1\\t----- bird -----\\tdb"}', "not a question index"),
+        (
+            '{"1": "SELECT 1\\t----- bird -----\\tdb", "01": "SELECT 2\\t----- bird -----\\tdb"}',
+            "question 1 is predicted twice",
+        ),
     ],
 )
 def test_broken_predictions_files(tmp_path, content, message):

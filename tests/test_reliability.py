@@ -68,6 +68,9 @@ FILES = {
         b"      - &a%d [" % i + b", ".join([b"*a%d" % (i - 1)] * 10) + b"]\n" for i in range(1, 9)
     ),
     "one-prediction.jsonl": b'{"index": 0, "sql": "SELECT 1"}\n',
+    "twice-keyed.json": b'{"0": "SELECT 1\\t----- bird -----\\tdb", '
+    b'"00": "SELECT 2\\t----- bird -----\\tdb"}',
+    "list-metrics/metrics.json": b"[]",
     "db-id-5/dev.json": b'[{"db_id": 5, "question": "How many?", "query": "SELECT 1"}]',
     "db-id-5/tables.json": b"[]",
     "tables-object/dev.json": b'[{"db_id": "db", "question": "How many?", "query": "SELECT 1"}]',

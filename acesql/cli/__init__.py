@@ -38,17 +38,7 @@ cli.add_command(data.data)
 cli.add_command(evaluate.evaluate_sql)
 cli.add_command(evaluate.evaluate_group)
 cli.add_command(evaluate.metrics)
-cli.add_command(
-    click.Command(
-        "check-gold-sql",
-        callback=evaluate.run.callback,
-        params=evaluate.run.params,
-        help="The SQL engine's self-check: gold SQL scored as its own predictions.\n\n"
-        "Spider dev's gold SQL (or the built-in sample's) run and matched in every match "
-        "mode; every usable example must match. Rows and summary.json go to --out. Not "
-        "the main job: training is `make run`.",
-    )
-)
+cli.add_command(evaluate.run)
 cli.add_command(  # the self-check's old name, said to be the main job
     click.Command(
         "run",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -629,14 +630,16 @@ def metrics(every, as_json, lock):
         )
 
 
-@click.command("run")
+@click.command("check-gold-sql")
 @click.option(
     "--spider",
     type=click.Path(),
     default="../shared/data/spider",
     show_default=True,
-    help="Spider folder; the built-in sample dataset is used when it is absent.",
+    help="Spider folder. A folder given here must hold tables.json; at the default path, "
+    "its absence means the built-in sample dataset.",
 )
+@click.option("--sample", is_flag=True, help="Score the built-in sample dataset, not Spider.")
 @click.option(
     "--out", type=click.Path(file_okay=False), default="results/sql-eval", show_default=True
 )
@@ -646,10 +649,13 @@ def metrics(every, as_json, lock):
     default=None,
     help="SQL worker processes [one per core]; 0: in this process.",
 )
-def run(spider, out, workers):
-    """The main job: score the gold SQL of a dataset as predictions in every match mode.
+@click.pass_context
+def run(ctx, spider, sample, out, workers):
+    """The SQL engine's self-check: gold SQL scored as its own predictions.
 
-    A self-check of the SQL engine on real data: every usable example must match.
+    Spider dev's gold SQL (or the built-in sample's) run and matched in every match mode:
+    every usable example must match, and some must be usable; exit 1 otherwise. Rows and
+    summary.json go to --out. Not the main job: training is `make run`.
     """
     from acesql.data.loaders import load_dataset
     from acesql.data.sample import build_sample_dataset
@@ -658,7 +664,12 @@ def run(spider, out, workers):
 
     out = Path(out)
     root = Path(spider)
-    if not (root / "tables.json").is_file():
+    if sample:
+        root = build_sample_dataset(out / "sample-dataset")
+    elif not (root / "tables.json").is_file():
+        if ctx.get_parameter_source("spider") is not click.core.ParameterSource.DEFAULT:
+            raise click.BadParameter(f"no tables.json in {spider}", param_hint="--spider")
+        click.echo(f"no Spider at {spider}: scoring the built-in sample dataset", err=True)
         root = build_sample_dataset(out / "sample-dataset")
     data = load_dataset(root, "spider", "dev")
     gold = {e.index: e.sql for e in data.examples}
@@ -672,3 +683,32 @@ def run(spider, out, workers):
             write_jsonl(out / f"gold-{mode}.jsonl", rows)
     (out / "summary.json").write_text(json.dumps(report, indent=2))
     echo_json(report)
+    failed = _self_check_failures(report)
+    if failed:
+        click.echo(f"self-check failed: {failed}", err=True)
+        sys.exit(1)
+
+
+def _self_check_failures(report: dict) -> str:
+    """What makes a gold-SQL self-check fail, in words; empty when it passed.
+
+    >>> _self_check_failures({"multiset": {"usable": 3, "ex": 1.0}})
+    ''
+    >>> _self_check_failures({"multiset": {"usable": 0, "ex": 0.0}})
+    'multiset: no usable example (every gold query failed or its database is missing)'
+    >>> _self_check_failures({"bird": {"usable": 4, "ex": 0.5}})
+    'bird: 50.0% of the usable gold queries match themselves, not all'
+    """
+    problems = []
+    for mode, summary in report.items():
+        if not isinstance(summary, dict):
+            continue
+        if not summary.get("usable"):
+            problems.append(
+                f"{mode}: no usable example (every gold query failed or its database is missing)"
+            )
+        elif summary.get("ex", 1.0) < 1.0:
+            problems.append(
+                f"{mode}: {summary['ex']:.1%} of the usable gold queries match themselves, not all"
+            )
+    return "; ".join(problems)

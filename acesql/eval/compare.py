@@ -105,6 +105,13 @@ def _get_run(run_id: str, tracking_uri: str | None):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
+    # reading a run never creates a store: MLflow would make an empty sqlite file here
+    local = (tracking_uri or "").removeprefix("sqlite:///")
+    if tracking_uri and tracking_uri.startswith("sqlite:///") and not Path(local).is_file():
+        raise DataError(
+            f"no MLflow store at {tracking_uri} to look run {run_id} up in: run this where the "
+            "store is, or pass --tracking-uri"
+        )
     client = MlflowClient(tracking_uri)
     try:
         return client, client.get_run(run_id)

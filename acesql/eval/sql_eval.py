@@ -7,6 +7,7 @@ file) or BIRD's official `predict_dev.json` mapping `{"i": "SQL\\t----- bird ---
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -40,10 +41,10 @@ def load_predictions(path: str | Path) -> Predictions:
         raise DataError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
     if text.lstrip().startswith("{"):
         try:
-            mapping = json.loads(text)
+            mapping = json.loads(text, object_pairs_hook=_pairs)
         except json.JSONDecodeError:
             mapping = None  # JSON lines also start with "{"
-        if isinstance(mapping, dict) and "sql" not in mapping:
+        if isinstance(mapping, _Pairs) and "sql" not in mapping:
             return _from_bird_mapping(mapping, path)
     predictions = Predictions()
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -75,11 +76,24 @@ def write_bird_predictions(path: str | Path, rows: list[dict]) -> None:
     Path(path).write_text(json.dumps(mapping, indent=4, ensure_ascii=False) + "\n")
 
 
-def _from_bird_mapping(mapping: dict, path: Path) -> Predictions:
+class _Pairs(list):
+    """A JSON object's (key, value) pairs in file order, duplicates kept."""
+
+    def __contains__(self, key) -> bool:
+        return any(k == key for k, _ in self)
+
+
+def _pairs(pairs: list) -> _Pairs:
+    return _Pairs(pairs)
+
+
+def _from_bird_mapping(mapping: _Pairs, path: Path) -> Predictions:
     predictions = Predictions()
-    for key, value in mapping.items():
-        if not key.strip().isdigit():
+    for key, value in mapping:
+        if not re.fullmatch(r"\d+", key.strip(), re.ASCII):
             raise DataError(f"{path}: key {key!r} is not a question index")
+        if int(key) in predictions:
+            raise DataError(f"{path}: question {int(key)} is predicted twice (key {key!r})")
         if not isinstance(value, str) or value.count(BIRD_SEPARATOR) != 1:
             raise DataError(
                 f"{path}: the value of {key!r} must be a string 'SQL{BIRD_SEPARATOR}db_id' "
