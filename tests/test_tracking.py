@@ -123,14 +123,24 @@ def test_logging_outside_a_run_is_a_programming_error(store):
         MlflowTracker(*store).log_metrics({"x": 1})
 
 
-def test_null_tracker_accepts_everything():
+def test_null_tracker_accepts_everything_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a default store, ./mlruns or an artifact would land
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'env.db'}")  # off wins
+    (tmp_path / "a.txt").write_text("x")
     tracker = make_tracker(BaseSection(tracking_uri=None))
-    assert isinstance(tracker, NullTracker)
+    assert isinstance(tracker, NullTracker) and tracker.run_id is None
     with tracker.start_run("x", {"a": {"b": 1}}, {"t": "1"}, nested=True):
+        assert tracker.run_id is None
         tracker.log_metrics({"m": 1.0}, step=3)
+        tracker.log_artifact("a.txt")
         tracker.log_artifact("nowhere.txt")
         tracker.log_figure(Figure(), "f.png")
-        tracker.log_dict({}, "d.json")
+        tracker.log_dict({"k": 1}, "d.json")
+    assert tracker.run_id is None
+    assert [p.name for p in tmp_path.iterdir()] == ["a.txt"]
+    # a failing stage still fails
+    with pytest.raises(KeyError, match="the block's own"), tracker.start_run("y"):
+        raise KeyError("the block's own")
 
 
 def test_make_tracker_uses_the_base_section(store):
