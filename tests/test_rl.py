@@ -169,13 +169,16 @@ def test_pcgrad_global_two_vectors_by_hand():
 
 def test_pcgrad_projections_are_orthogonal_to_the_originals():
     g_ret, g_gen = torch.tensor([3.0, 1.0, -2.0]), torch.tensor([-1.0, 2.0, 1.0])
-    d = float(g_ret @ g_gen)  # -3
-    ret_p = g_ret - d / float(g_gen @ g_gen) * g_gen
-    gen_p = g_gen - d / float(g_ret @ g_ret) * g_ret
-    assert float(ret_p @ g_gen) == pytest.approx(0, abs=1e-6)
-    assert float(gen_p @ g_ret) == pytest.approx(0, abs=1e-6)
-    out, _ = pcgrad([g_ret], [g_gen])
-    assert out[0].tolist() == pytest.approx((ret_p + gen_p).tolist())
+    # d = -3, |g_ret|^2 = 14, |g_gen|^2 = 6:
+    # g_ret' = g_ret + 3/6 g_gen = (5/2, 2, -3/2)        . g_gen = -5/2 + 4 - 3/2 = 0
+    # g_gen' = g_gen + 3/14 g_ret = (-5/14, 31/14, 8/14)  . g_ret = (-15 + 31 - 16) / 14 = 0
+    # sum = (30/14, 59/14, -13/14): it keeps 14 - 9/6 = 25/2 along g_ret, 6 - 9/14 = 75/14
+    # along g_gen, where each projection loses its conflict with the other's original
+    out, stats = pcgrad([g_ret], [g_gen])
+    assert out[0].tolist() == pytest.approx([30 / 14, 59 / 14, -13 / 14])
+    assert float(out[0] @ g_ret) == pytest.approx(25 / 2)
+    assert float(out[0] @ g_gen) == pytest.approx(75 / 14)
+    assert (stats.n_conflicts, stats.cosine) == (1, pytest.approx(-3 / math.sqrt(14 * 6)))
 
 
 def test_pcgrad_tensor_versus_global_granularity():
