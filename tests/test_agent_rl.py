@@ -96,7 +96,10 @@ def clear_the_course_table(db):
     )
 
 
-def test_a_step_with_a_signal_moves_the_weights(tmp_path, school_db, tiny_model_dir):
+def test_a_step_with_a_signal_moves_each_answer_the_way_of_its_advantage(
+    tmp_path, school_db, tiny_model_dir
+):
+    from acesql.agent.episode import render_chat
     from acesql.agent.trainer import AgentGrpoTrainer
     from acesql.sql.replicas import ReplicaPool
 
@@ -104,22 +107,34 @@ def test_a_step_with_a_signal_moves_the_weights(tmp_path, school_db, tiny_model_
     cfg = AgentGrpoSection(
         steps=1, tasks_per_step=1, group_size=2, max_turns=1, learning_rate=1e-3, beta=0.0
     )
+    solves, fails = "<submit>DELETE FROM course</submit>", "<submit>SELECT 1</submit>"
     with ReplicaPool(tmp_path / "r") as pool:
         trainer = AgentGrpoTrainer(tiny_model_dir, [task], pool, cfg, device="cpu")
+        opening = render_chat(trainer.tokenizer, task.messages(cfg.max_turns))
+        prompts = []
 
-        class Scripted:  # one trajectory solves it, the other does not: a non-zero signal
-            def generate(self, prompts, **options):
-                texts = ["<submit>DELETE FROM course</submit>", "<submit>SELECT 1</submit>"]
-                ids = [trainer.tokenize(t) for t in texts]
-                return [[Completion(t, i, [], "stop")] for t, i in zip(texts, ids)]
+        class Scripted:  # one trajectory solves it, the other does not: advantages +-0.71
+            def generate(self, prompts_now, **options):
+                prompts.extend(prompts_now)
+                return [[Completion(t, trainer.tokenize(t), [], "stop")] for t in (solves, fails)]
+
+        def logprob(text: str) -> float:
+            """log P(text | the task's opening) under the policy, summed over its tokens."""
+            prompt, answer = trainer.tokenize(opening), trainer.tokenize(text)
+            with torch.no_grad():
+                logits = trainer.model(torch.tensor([prompt + answer])).logits[0].float()
+            steps = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+            return float(steps.gather(-1, torch.tensor(answer)[:, None]).sum())
 
         trainer.engine = Scripted()
-        before = [p.detach().clone() for p in trainer.model.parameters() if p.requires_grad]
+        before = {text: logprob(text) for text in (solves, fails)}
         summary = trainer.train(tmp_path / "out")
-    after = [p for p in trainer.model.parameters() if p.requires_grad]
+    assert prompts == [opening, opening]  # the two answers were sampled from the opening
+    after = {text: logprob(text) for text in (solves, fails)}
     assert summary["steps"] == 1 and summary["success_first5"] == 0.5
     assert trainer.history[0]["updated"] == 1.0 and trainer.history[0]["sequences"] == 2
-    assert any(not torch.equal(a, b) for a, b in zip(after, before))
+    # one step at lr 1e-3 moved them by about +2.1 and -0.7 nats
+    assert after[solves] > before[solves] + 0.5 and after[fails] < before[fails] - 0.1
     assert (tmp_path / "out" / "config.json").is_file()
     assert (tmp_path / "out" / "curves.png").stat().st_size > 0
 
