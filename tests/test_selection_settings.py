@@ -5,7 +5,7 @@ with. Each case here once lived between two homes and was lost on the way."""
 import pytest
 
 import acesql.eval.selection as selection_module
-from acesql.cli.options import _selection
+from acesql.cli.options import SELECTION_FLAGS, _selection
 from acesql.config import EvaluateSection
 from acesql.data.loaders import load_dataset
 from acesql.eval.end_to_end import evaluate_examples
@@ -15,21 +15,7 @@ from acesql.sql.batch_executor import BatchExecutor
 from tests.helpers import RoleEngine, gold_columns, sql_answer
 from tests.test_selection import Judge
 
-FLAGS = dict.fromkeys(
-    (
-        "method",
-        "candidates",
-        "temperature",
-        "resample",
-        "resample_candidates",
-        "resample_from",
-        "resample_pool",
-        "audit_threshold",
-        "prm_model",
-        "answer",
-        "full_schema_tokens",
-    ),
-)
+FLAGS = dict.fromkeys(f for f in SELECTION_FLAGS if f != "selection_params")
 
 
 @pytest.fixture(scope="module")

@@ -140,33 +140,23 @@ def ask(
     return answer
 
 
+@dataclass
 class _Asking:
     """One question's way through the pipeline, step by step (see `ask`)."""
 
-    def __init__(
-        self,
-        engine,
-        prompts,
-        schema,
-        db_path,
-        question,
-        selection,
-        executor,
-        mode,
-        max_new_tokens,
-        seed,
-        say,
-    ):
-        self.engine, self.prompts, self.schema = engine, prompts, schema
-        self.db_path, self.question, self.selection = db_path, question, selection
-        self.executor, self.mode, self.max_new_tokens, self.seed = (
-            executor,
-            mode,
-            max_new_tokens,
-            seed,
-        )
-        self.say = say
-        self.outputs = []  # every candidate's completion, in candidate order
+    engine: object
+    prompts: object
+    schema: Schema
+    db_path: str | Path
+    question: str
+    selection: SelectionSection
+    executor: BatchExecutor
+    mode: str
+    max_new_tokens: int
+    seed: int
+    say: Callable[[str], None]
+    outputs: list = field(default_factory=list)  # every candidate's completion, in order
+    prompt: str = ""  # the generator's prompt on the retriever's columns
 
     def retrieve(self) -> tuple[list[str], bool]:
         """The retriever's voted columns (the whole schema when it names none), and whether
