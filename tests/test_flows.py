@@ -581,7 +581,11 @@ def test_a_run_from_a_stage_form_changes_only_what_the_user_changed(
         )
         created = client.create_flow_run_from_deployment(deployment_id, parameters=payload)
     before = Path("params.yaml").read_text()
-    state = run_flow(stage_flow, flow_run=load_flow_run(created.id), return_type="state")
+    try:
+        state = run_flow(stage_flow, flow_run=load_flow_run(created.id), return_type="state")
+    finally:  # the session's server is shared: other tests count its deployments
+        with get_client(sync_client=True) as client:
+            client.delete_deployment(deployment_id)
     assert state.is_completed(), state
     after = Path("params.yaml").read_text()
     changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
