@@ -65,6 +65,9 @@ def test_every_step_prefix_executes_to_its_intermediate_result(concerts):
         ("", "no SQL in the output"),
         ("SELECT 1", "no step: the statement has no WITH clause"),
         ("WITH a AS (SELEC", "the statement does not parse"),
+        # a sampled output the tokenizer rejects (an unclosed quote) is malformed, not a crash
+        ("WITH\n-- step: x\na AS (SELECT `x FROM t)\nSELECT * FROM a", "does not parse"),
+        ("SELECT 'open FROM t", "does not parse"),
         ("WITH\n-- step: x\nconcert AS (SELECT 1)\nSELECT * FROM concert", "shadows a table"),
         (
             "WITH\n-- step: x\na AS (SELECT 1),\n-- step: y\na AS (SELECT 2)\nSELECT * FROM a",
@@ -107,6 +110,10 @@ def test_gold_sql_becomes_named_steps_by_rule(gold, names):
     assert parsed.ok, (chain, parsed.problems)
     assert [s.name for s in parsed.steps] == names
     assert all(s.rationale for s in parsed.steps)
+
+
+def test_gold_sql_the_tokenizer_rejects_has_no_chain():
+    assert to_cocte("SELECT `x FROM t") is None
 
 
 def test_a_filtered_join_is_staged_with_its_columns_renamed(tmp_path):

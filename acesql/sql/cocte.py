@@ -68,8 +68,9 @@ def parse_cocte(text: str, table_names: tuple[str, ...] | list[str] = ()) -> Coc
         return out
     try:
         tree = sqlglot.parse_one(sql, read=DIALECT)
-    except sqlglot.errors.ParseError as err:
-        out.problems.append(f"the statement does not parse: {str(err).splitlines()[0]}")
+    except (sqlglot.errors.SqlglotError, RecursionError) as err:  # token errors included
+        first = (str(err).splitlines() or [type(err).__name__])[0]
+        out.problems.append(f"the statement does not parse: {first}")
         return out
     with_ = tree.args.get("with_") or tree.args.get("with")
     if not isinstance(tree, exp.Query) or with_ is None or not with_.expressions:

@@ -103,7 +103,7 @@ def _query(sql: str) -> exp.Query | None:
     """The parsed query, or None when `sql` does not parse or is not a query."""
     try:
         tree = sqlglot.parse_one(sql, read=DIALECT)
-    except sqlglot.errors.ParseError:
+    except (sqlglot.errors.SqlglotError, RecursionError):  # token errors included
         return None
     return tree if isinstance(tree, exp.Query) else None
 
