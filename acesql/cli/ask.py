@@ -55,7 +55,6 @@ def ask_command(
     from acesql.models.engine import load_engine
     from acesql.models.prompts import PromptBuilder
     from acesql.ranking.ask import ask, open_schema
-    from acesql.sql.observation import render_observation
 
     open_schema(db)  # a missing or foreign file fails before the model loads
     engine = load_engine("transformers", model, progress=False)
@@ -77,46 +76,61 @@ def ask_command(
     finally:
         engine.close()
     if as_json:
-        echo_json(
-            {
-                "sql": answer.sql,
-                "result": answer.result.to_dict() if answer.result else None,
-                "columns": answer.columns,
-                "resampled": answer.resampled,
-                "answer_from": answer.answer_from,
-                "agreement": {"same_result": answer.agreement[0], "ran": answer.agreement[1]},
-                "notes": answer.notes,
-                **({"full_schema_sql": answer.full_sql} if answer.full_result else {}),
-                **({"candidates": answer.candidates, "groups": answer.groups} if explain else {}),
-            }
-        )
+        echo_json(_as_dict(answer, explain))
     else:
-        if explain:
-            click.echo(f"retrieved columns: {', '.join(answer.columns) or '(none)'}")
-            for i, (sql, result) in enumerate(zip(answer.candidates, answer.results)):
-                state = "ok" if result.ok else f"error: {result.error}"
-                click.echo(f"candidate {i} [{state}]: {sql or '(no SQL)'}")
-            if answer.resampled:
-                click.echo("the auditor found no likely-correct SQL: more candidates were drawn")
-            if any("preference" in g for g in answer.groups):
-                click.echo(PREFERENCE_NOTE)
-            for rank, group in enumerate(answer.groups, 1):
-                click.echo(f"group {rank}: {json_line(group)}")
-            if answer.full_result is not None:
-                click.echo(f"full schema's answer: {answer.full_sql or '(no SQL)'}")
-                click.echo(f"answer from: {answer.answer_from} (selection.answer)")
-        if answer.sql is None:
-            click.echo("no answer: none of the candidate queries ran", err=True)
-        else:
-            click.echo(answer.sql)
-            click.echo(render_observation(answer.result, max_rows=max_rows))
-            same, ran = answer.agreement
-            if ran > 1:
-                click.echo(f"agreement: {same} of {ran} candidates that ran returned this result")
-        for note in answer.notes:
-            click.echo(f"note: {note}", err=True)
+        _echo_text(answer, explain, max_rows)
     if answer.sql is None:
         sys.exit(1)
+
+
+def _as_dict(answer, explain: bool) -> dict:
+    """`--json`'s object."""
+    return {
+        "sql": answer.sql,
+        "result": answer.result.to_dict() if answer.result else None,
+        "columns": answer.columns,
+        "resampled": answer.resampled,
+        "answer_from": answer.answer_from,
+        "agreement": {"same_result": answer.agreement[0], "ran": answer.agreement[1]},
+        "notes": answer.notes,
+        **({"full_schema_sql": answer.full_sql} if answer.full_result else {}),
+        **({"candidates": answer.candidates, "groups": answer.groups} if explain else {}),
+    }
+
+
+def _echo_text(answer, explain: bool, max_rows: int) -> None:
+    """The answer as text: with `explain` first the candidates and groups, then the SQL and
+    its rows; notes on stderr."""
+    from acesql.sql.observation import render_observation
+
+    if explain:
+        _echo_explanation(answer)
+    if answer.sql is None:
+        click.echo("no answer: none of the candidate queries ran", err=True)
+    else:
+        click.echo(answer.sql)
+        click.echo(render_observation(answer.result, max_rows=max_rows))
+        same, ran = answer.agreement
+        if ran > 1:
+            click.echo(f"agreement: {same} of {ran} candidates that ran returned this result")
+    for note in answer.notes:
+        click.echo(f"note: {note}", err=True)
+
+
+def _echo_explanation(answer) -> None:
+    click.echo(f"retrieved columns: {', '.join(answer.columns) or '(none)'}")
+    for i, (sql, result) in enumerate(zip(answer.candidates, answer.results)):
+        state = "ok" if result.ok else f"error: {result.error}"
+        click.echo(f"candidate {i} [{state}]: {sql or '(no SQL)'}")
+    if answer.resampled:
+        click.echo("the auditor found no likely-correct SQL: more candidates were drawn")
+    if any("preference" in g for g in answer.groups):
+        click.echo(PREFERENCE_NOTE)
+    for rank, group in enumerate(answer.groups, 1):
+        click.echo(f"group {rank}: {json_line(group)}")
+    if answer.full_result is not None:
+        click.echo(f"full schema's answer: {answer.full_sql or '(no SQL)'}")
+        click.echo(f"answer from: {answer.answer_from} (selection.answer)")
 
 
 PREFERENCE_NOTE = (

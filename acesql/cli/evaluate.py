@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 
@@ -320,37 +321,7 @@ def answers_command(run_ref, tracking_uri):
     help="Log the evaluation to MLflow as a run (settings, metrics, and with --out its "
     "files).  [default: on when MLFLOW_TRACKING_URI is set or the store already exists]",
 )
-def evaluate_model(
-    model,
-    dataset,
-    fmt,
-    split,
-    limit,
-    mode,
-    retriever_samples,
-    vote_threshold,
-    on_empty_vote,
-    unclosed_list,
-    selection,
-    reasoning,
-    sample_values,
-    sql_format,
-    engine,
-    batch_size,
-    max_new_tokens,
-    bf16,
-    max_turns,
-    seed,
-    timeout_s,
-    out,
-    chunk_size,
-    candidates_from,
-    compare,
-    audit_sweep,
-    selections,
-    tracking_uri,
-    track,
-):
+def evaluate_model(**opts):
     """Evaluate MODEL in both roles on a dataset split and print the metrics.
 
     Greedy pipeline EX, full-schema EX (the generator once with every column), generator
@@ -367,6 +338,84 @@ def evaluate_model(
     With --format debug, the agent's success per category, turns and tokens instead
     (`acesql debug eval`).
     """
+    o = SimpleNamespace(**opts)
+    if _old_verb(o.compare, o.audit_sweep, o.selections, o.tracking_uri):
+        return
+    missing = [
+        flag
+        for flag, value in (("--model", o.model), ("--dataset", o.dataset), ("--format", o.fmt))
+        if not value
+    ]
+    if missing:
+        raise click.UsageError(f"missing {', '.join(missing)}")
+    if o.fmt == "debug":
+        _evaluate_agent(
+            o.model,
+            o.dataset,
+            o.split,
+            o.limit,
+            o.selection,
+            o.max_turns,
+            o.max_new_tokens,
+            o.batch_size,
+            o.timeout_s,
+            o.out,
+        )
+        return
+    from acesql.data.filtering import filter_examples
+    from acesql.data.loaders import load_dataset
+    from acesql.eval.session import Evaluator
+
+    examples = load_dataset(o.dataset, o.fmt, o.split).examples
+    examples = filter_examples(examples, max_examples=o.limit, seed=o.seed)
+    with Evaluator(
+        _evaluate_section(o),
+        o.selection,
+        seed=o.seed,
+        reasoning=o.reasoning,
+        sample_values=o.sample_values,
+        sql_format=o.sql_format,
+        candidates_from=o.candidates_from,
+    ) as evaluator:
+        tracker = _eval_tracker(o.track, o.tracking_uri)
+        run_name = f"eval {o.split}"
+        with tracker.start_run(run_name, params=evaluator.settings, tags={"model": o.model}):
+            summary = evaluator.evaluate(
+                examples, dataset=o.dataset, split=o.split, out=o.out, chunk_size=o.chunk_size
+            )
+            _log_evaluation(tracker, summary, o.split, o.out)
+    echo_json(summary)
+
+
+def _evaluate_section(o: SimpleNamespace):
+    """The `evaluate` params section from the flags, so the stage and this command evaluate
+    alike."""
+    from acesql.config import EvaluateSection, GenerationSection
+
+    generation = GenerationSection(
+        engine=o.engine,
+        batch_size=o.batch_size,
+        max_new_tokens=o.max_new_tokens,
+        temperature=0.0,
+        bf16_autocast="auto" if o.bf16 is None else o.bf16,
+    )
+    return build_section(
+        EvaluateSection,
+        model=o.model,
+        splits=[o.split],
+        limit=o.limit,
+        retriever_samples=o.retriever_samples,
+        vote_threshold=o.vote_threshold,
+        on_empty_vote=o.on_empty_vote,
+        unclosed_list=o.unclosed_list,
+        timeout_s=o.timeout_s,
+        match_mode=o.mode or DEFAULT_MODE[o.fmt],
+        generation=generation,
+    )
+
+
+def _old_verb(compare, audit_sweep, selections, tracking_uri) -> bool:
+    """The verbs that were flags of `acesql eval`: run the one asked, with a deprecation line."""
     for flag, value, verb in (
         ("--compare", compare, "compare A B"),
         ("--audit-sweep", audit_sweep, "audit-sweep RUN"),
@@ -376,75 +425,11 @@ def evaluate_model(
             click.echo(f"acesql eval {flag} is now `acesql eval {verb}`", err=True)
     if compare:
         _compare(*compare, tracking_uri)
-        return
-    if audit_sweep:
+    elif audit_sweep:
         _audit_sweep(audit_sweep, tracking_uri)
-        return
-    if selections:
+    elif selections:
         _selections(selections, tracking_uri)
-        return
-    missing = [
-        o for o, v in (("--model", model), ("--dataset", dataset), ("--format", fmt)) if not v
-    ]
-    if missing:
-        raise click.UsageError(f"missing {', '.join(missing)}")
-    if fmt == "debug":
-        _evaluate_agent(
-            model,
-            dataset,
-            split,
-            limit,
-            selection,
-            max_turns,
-            max_new_tokens,
-            batch_size,
-            timeout_s,
-            out,
-        )
-        return
-    from acesql.config import EvaluateSection, GenerationSection
-    from acesql.data.filtering import filter_examples
-    from acesql.data.loaders import load_dataset
-    from acesql.eval.session import Evaluator
-
-    # the `evaluate` params section, so the stage and this command evaluate alike
-    cfg = build_section(
-        EvaluateSection,
-        model=model,
-        splits=[split],
-        limit=limit,
-        retriever_samples=retriever_samples,
-        vote_threshold=vote_threshold,
-        on_empty_vote=on_empty_vote,
-        unclosed_list=unclosed_list,
-        timeout_s=timeout_s,
-        match_mode=mode or DEFAULT_MODE[fmt],
-        generation=GenerationSection(
-            engine=engine,
-            batch_size=batch_size,
-            max_new_tokens=max_new_tokens,
-            temperature=0.0,
-            bf16_autocast="auto" if bf16 is None else bf16,
-        ),
-    )
-    examples = load_dataset(dataset, fmt, split).examples
-    examples = filter_examples(examples, max_examples=limit, seed=seed)
-    with Evaluator(
-        cfg,
-        selection,
-        seed=seed,
-        reasoning=reasoning,
-        sample_values=sample_values,
-        sql_format=sql_format,
-        candidates_from=candidates_from,
-    ) as evaluator:
-        tracker = _eval_tracker(track, tracking_uri)
-        with tracker.start_run(f"eval {split}", params=evaluator.settings, tags={"model": model}):
-            summary = evaluator.evaluate(
-                examples, dataset=dataset, split=split, out=out, chunk_size=chunk_size
-            )
-            _log_evaluation(tracker, summary, split, out)
-    echo_json(summary)
+    return bool(compare or audit_sweep or selections)
 
 
 def _eval_tracker(track: bool | None, tracking_uri: str):

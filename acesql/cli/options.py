@@ -94,7 +94,25 @@ def selection_options(default_method: str):
     """The `selection` params section as flags (`acesql eval`, `acesql ask`), handed to the
     command as one `selection` argument: `--selection-params FILE`'s section when given, else
     the defaults with `default_method`, each flag given overriding."""
-    options = [
+    options = _candidate_flags(default_method) + _resample_flags() + _answer_flags()
+
+    def wrap(f):
+        @functools.wraps(f)
+        def command(*args, **kwargs):
+            flags = {name: kwargs.pop(name) for name in SELECTION_FLAGS}
+            kwargs["selection"] = _selection(default_method, **flags)
+            return f(*args, **kwargs)
+
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return wrap
+
+
+def _candidate_flags(default_method: str) -> list:
+    """--selection, --candidates, --temperature."""
+    return [
         click.option(
             "--selection",
             "method",
@@ -118,6 +136,12 @@ def selection_options(default_method: str):
             callback=finite_non_negative,
             help="Sampling temperature of the candidates.  [default: 1.0]",
         ),
+    ]
+
+
+def _resample_flags() -> list:
+    """r3's resampling when the auditor fires."""
+    return [
         click.option(
             "--resample/--no-resample",
             default=None,
@@ -151,6 +175,12 @@ def selection_options(default_method: str):
             help="r3 resampling: the auditor's P(a likely-correct SQL is present) under which "
             "it fires.  [default: 0.5]",
         ),
+    ]
+
+
+def _answer_flags() -> list:
+    """The PRM scorer, the shipped answer's policy, and a params file to start from."""
+    return [
         click.option(
             "--prm-model",
             type=click.Path(file_okay=False),
@@ -179,19 +209,6 @@ def selection_options(default_method: str):
             help="Start from this params file's `selection` section.",
         ),
     ]
-
-    def wrap(f):
-        @functools.wraps(f)
-        def command(*args, **kwargs):
-            flags = {name: kwargs.pop(name) for name in SELECTION_FLAGS}
-            kwargs["selection"] = _selection(default_method, **flags)
-            return f(*args, **kwargs)
-
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return wrap
 
 
 SELECTION_FLAGS = (

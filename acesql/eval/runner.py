@@ -105,23 +105,14 @@ def evaluate_to_folder(
             unit="q",
             disable=not progress,
         )
-        _end_with_newline(partial)
-        with partial.open("a") as fh:
-            if not done and fh.tell() == 0:
-                header = {
-                    "model": model,
-                    "dataset": dataset,
-                    "split": split,
-                    "questions": len(growing or examples),
-                }
-                fh.write(json.dumps({"header": header}) + "\n")
-            chunks = [examples[i : i + chunk_size] for i in range(0, len(examples), chunk_size)]
-            run = _Chunks(_Watched(engine, bar), prompts, executor, _options(settings), tools)
-            for number, chunk in enumerate(chunks):
-                todo = [e for e in chunk if e.index not in done]
-                if todo:
-                    done.update(run.save(fh, number, todo))
-                    bar.update(len(todo))
+        header = {
+            "model": model,
+            "dataset": dataset,
+            "split": split,
+            "questions": len(growing or examples),
+        }
+        run = _Chunks(_Watched(engine, bar), prompts, executor, _options(settings), tools)
+        _append_chunks(partial, header, examples, done, run, chunk_size, bar)
         bar.close()
         rows = [done[e.index] for e in examples]
         summary = _described(summarize(rows), model, dataset, split, settings, start)
@@ -136,6 +127,21 @@ def evaluate_to_folder(
         _write_folder(out, summary, rows, settings)
         partial.unlink()
         return summary, rows
+
+
+def _append_chunks(partial: Path, header: dict, examples, done: dict, run, chunk_size, bar):
+    """Score the questions not in `done`, a chunk at a time, each chunk's rows appended to
+    the partial file (after the header, when it is new) and added to `done`."""
+    _end_with_newline(partial)
+    with partial.open("a") as fh:
+        if not done and fh.tell() == 0:
+            fh.write(json.dumps({"header": header}) + "\n")
+        chunks = [examples[i : i + chunk_size] for i in range(0, len(examples), chunk_size)]
+        for number, chunk in enumerate(chunks):
+            todo = [e for e in chunk if e.index not in done]
+            if todo:
+                done.update(run.save(fh, number, todo))
+                bar.update(len(todo))
 
 
 class _Chunks:

@@ -102,21 +102,10 @@ def label_steps(
     schema_texts = [prompts.schema_text(schemas(ex), c) for ex, c in zip(examples, pruned)]
     sampled = engine.generate(chats, n=trajectories, seed=seed, **sampling)
 
-    # the tree: per question, node key (its steps) -> the node's steps
-    trees: list[dict[tuple, list[CocteStep]]] = []
     kept = _trajectories(examples, sampled, schemas, prompts.sql_format, executor, stats)
-    for parses in kept:
-        stats.questions += 1
-        nodes: dict[tuple, list[CocteStep]] = {}
-        for parse in parses:
-            for i in range(1, len(parse.steps) + 1):
-                nodes.setdefault(_key(parse.steps[:i]), parse.steps[:i])
-        trees.append(nodes)
-        stats.nodes += len(nodes)
-
+    node_list = _tree_nodes(kept, stats)
     # continuations from every node, in one batch (a policy writing plain SQL has none)
     start = prompts.generator_target("").split("```sql")[0] + "```sql\n"
-    node_list = [(q, key, steps) for q, nodes in enumerate(trees) for key, steps in nodes.items()]
     continued = (
         engine.generate(
             [chats[q] + start + render_prefix(steps) for q, _, steps in node_list],
@@ -127,29 +116,21 @@ def label_steps(
         if prompts.sql_format == "cocte" and node_list
         else [[] for _ in node_list]
     )
-
-    # every leaf's final SQL, run and matched; each leaf credits the nodes above it
-    leaves = []  # (question, ancestor node keys, sql)
-    for q, parses in enumerate(kept):
-        for parse in parses:
-            keys = [_key(parse.steps[:i]) for i in range(1, len(parse.steps) + 1)]
-            leaves.append((q, keys, parse.sql))
-    for (q, _, steps), outputs in zip(node_list, continued):
-        keys = [_key(steps[:i]) for i in range(1, len(steps) + 1)]
-        for out in outputs:
-            text = f"```sql\n{render_prefix(steps)}{out.text}"
-            leaves.append((q, keys, parse_sql(text) or ""))
-    verdicts = executor.match_many(
-        [(examples[q].db_path, sql, examples[q].sql) for q, _, sql in leaves], mode
+    outcomes, trajectory_outcomes = _leaf_outcomes(
+        examples, kept, node_list, continued, executor, mode, stats
     )
-    outcomes: dict[tuple[int, tuple], list[bool]] = defaultdict(list)
-    for (q, keys, _), verdict in zip(leaves, verdicts):
-        stats.leaves += 1
-        stats.correct_leaves += verdict.match.match
-        for key in keys:
-            outcomes[(q, key)].append(verdict.match.match)
-    trajectory_outcomes = verdicts[: sum(len(p) for p in kept)]
 
+    records = _records(
+        examples, schema_texts, kept, node_list, outcomes, trajectory_outcomes, executor
+    )
+    for record in records:
+        record["view"] = prompts.sql_format
+    stats.records = len(records)
+    return records, stats
+
+
+def _records(examples, schema_texts, kept, node_list, outcomes, trajectory_outcomes, executor):
+    """One record per node (its share of right leaves) and per complete trajectory."""
     # intermediate results of every node, and of every complete trajectory's final query
     previews = executor.execute_many(
         [
@@ -178,10 +159,48 @@ def label_steps(
                 _record(examples[q], schema_texts[q], parse.steps, shown, q, final, float(right), 1)
             )
             k += 1
-    for record in records:
-        record["view"] = prompts.sql_format
-    stats.records = len(records)
-    return records, stats
+    return records
+
+
+def _tree_nodes(kept: list[list[CocteParse]], stats: LabelStats) -> list[tuple]:
+    """Every distinct prefix of each question's chains, as (question, node key, its steps)."""
+    node_list = []
+    for q, parses in enumerate(kept):
+        stats.questions += 1
+        nodes: dict[tuple, list[CocteStep]] = {}
+        for parse in parses:
+            for i in range(1, len(parse.steps) + 1):
+                nodes.setdefault(_key(parse.steps[:i]), parse.steps[:i])
+        node_list += [(q, key, steps) for key, steps in nodes.items()]
+        stats.nodes += len(nodes)
+    return node_list
+
+
+def _leaf_outcomes(examples, kept, node_list, continued, executor, mode, stats):
+    """Every leaf's final SQL, run and matched; each leaf credits the nodes above it.
+
+    Returns the outcomes per (question, node key) and the verdicts of the complete
+    trajectories, in the order of `kept`."""
+    leaves = []  # (question, ancestor node keys, sql)
+    for q, parses in enumerate(kept):
+        for parse in parses:
+            keys = [_key(parse.steps[:i]) for i in range(1, len(parse.steps) + 1)]
+            leaves.append((q, keys, parse.sql))
+    for (q, _, steps), outputs in zip(node_list, continued):
+        keys = [_key(steps[:i]) for i in range(1, len(steps) + 1)]
+        for out in outputs:
+            text = f"```sql\n{render_prefix(steps)}{out.text}"
+            leaves.append((q, keys, parse_sql(text) or ""))
+    verdicts = executor.match_many(
+        [(examples[q].db_path, sql, examples[q].sql) for q, _, sql in leaves], mode
+    )
+    outcomes: dict[tuple[int, tuple], list[bool]] = defaultdict(list)
+    for (q, keys, _), verdict in zip(leaves, verdicts):
+        stats.leaves += 1
+        stats.correct_leaves += verdict.match.match
+        for key in keys:
+            outcomes[(q, key)].append(verdict.match.match)
+    return outcomes, verdicts[: sum(len(p) for p in kept)]
 
 
 def _trajectories(examples, sampled, schemas, view, executor, stats) -> list[list[CocteParse]]:

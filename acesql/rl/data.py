@@ -80,18 +80,7 @@ def build_rl_data(
     stats = RlDataStats()
     pool = EmpiricalPool()
     kept: list[Example] = []
-    usable = []
-    for ex in examples:
-        stats.considered += 1
-        if ex.unusable:
-            stats.dropped["database_missing"] += 1
-            continue
-        if max_prompt_tokens is not None:
-            prompt = prompts.retriever(schemas(ex), ex.question, ex.evidence)
-            if not prompts.fits(prompt, max_prompt_tokens):
-                stats.dropped["prompt_too_long"] += 1
-                continue
-        usable.append(ex)
+    usable = _usable(examples, prompts, schemas, max_prompt_tokens, stats)
     for start in range(0, len(usable), chunk):
         batch = usable[start : start + chunk]
         rollouts = rollout(
@@ -110,25 +99,49 @@ def build_rl_data(
             seed=seed + start,
         )
         for r in rollouts:
-            stats.union_sizes.append(len(r.schema_columns))
-            stats.unextractable += r.unextractable
-            if not r.usable:
-                stats.dropped["gold_unusable"] += 1
-                continue
-            n = r.n_matched
-            stats.correct_hist[n] += 1
-            if n < min_correct:
-                stats.dropped["too_hard"] += 1
-            elif n > max_correct:
-                stats.dropped["too_easy"] += 1
-            elif not r.matched_sets:
-                stats.dropped["no_extractable_columns"] += 1
-            else:
+            if _keep(r, min_correct, max_correct, stats):
                 kept.append(r.example)
                 pool.seed(r.key, r.matched_sets)
-                stats.kept += 1
-                stats.kept_by_complexity[r.example.complexity or "unlabeled"] += 1
         if progress:
             progress(len(batch))
     stats.pool_sets = pool.stats()["distinct_sets"]
     return kept, pool, stats
+
+
+def _usable(examples, prompts, schemas, max_prompt_tokens, stats) -> list[Example]:
+    """The examples with a database and a retriever prompt that fits; the others counted."""
+    usable = []
+    for ex in examples:
+        stats.considered += 1
+        if ex.unusable:
+            stats.dropped["database_missing"] += 1
+            continue
+        if max_prompt_tokens is not None:
+            prompt = prompts.retriever(schemas(ex), ex.question, ex.evidence)
+            if not prompts.fits(prompt, max_prompt_tokens):
+                stats.dropped["prompt_too_long"] += 1
+                continue
+        usable.append(ex)
+    return usable
+
+
+def _keep(r, min_correct: int, max_correct: int, stats: RlDataStats) -> bool:
+    """Whether a rolled-out question is kept: neither too hard nor too easy, with columns."""
+    stats.union_sizes.append(len(r.schema_columns))
+    stats.unextractable += r.unextractable
+    if not r.usable:
+        stats.dropped["gold_unusable"] += 1
+        return False
+    n = r.n_matched
+    stats.correct_hist[n] += 1
+    if n < min_correct:
+        stats.dropped["too_hard"] += 1
+    elif n > max_correct:
+        stats.dropped["too_easy"] += 1
+    elif not r.matched_sets:
+        stats.dropped["no_extractable_columns"] += 1
+    else:
+        stats.kept += 1
+        stats.kept_by_complexity[r.example.complexity or "unlabeled"] += 1
+        return True
+    return False

@@ -162,7 +162,7 @@ class GrpoTrainer:
         engine_factory: Callable | None = None,
         dist: Dist = SINGLE,
     ):
-        from acesql.models.base_model import load_model, load_policy, load_tokenizer
+        from acesql.models.base_model import load_policy, load_tokenizer
         from acesql.sql.batch_executor import BatchExecutor
 
         if not examples:
@@ -193,6 +193,27 @@ class GrpoTrainer:
             self.steps = self.steps[: cfg.max_steps]
         self.total_steps = len(self.steps)
         self.horizon = cfg.schedule_fraction * self.total_steps if cfg.schedule else 0.0
+        self._build_update(dist)
+        self.engine = self._open_engine(model_dir, engine_factory)
+        self.executor = _TimedExecutor(BatchExecutor(timeout_s=cfg.timeout_s))
+        self.scoring = StepScorer(
+            cfg,
+            self.schemas,
+            self.prompts,
+            self.tokenizer,
+            dist=dist,
+            process=self._process_scorer(cfg, sql_format),
+        )
+        self.state = RunState(
+            fingerprint=run_fingerprint(model_dir, seed, cfg, examples, pool),
+            world_size=dist.world_size,
+            sharding=dist.sharding if dist.enabled else "none",
+        )
+        self._pending: list[dict] = []  # step records not yet sent to the tracker
+
+    def _build_update(self, dist: Dist) -> None:
+        """Trainable top layers (sharded when asked), AdamW, warm-up, the dual-role update."""
+        cfg = self.cfg
         trainable = train_top_layers(self.model, cfg.train_layers)
         if dist.sharded:  # the parameters become this process's slices (DTensors)
             shard_model(self.model)
@@ -223,44 +244,33 @@ class GrpoTrainer:
             share_prompts=cfg.share_prompts and not cfg.gradient_checkpointing,
             dist=dist,
         )
-        gen = cfg.generation
+
+    def _open_engine(self, model_dir, engine_factory: Callable | None):
+        """The rollout engine: the given factory's, or one opened from `generation.engine`."""
+        from acesql.models.base_model import load_model
+
+        gen = self.cfg.generation
         if engine_factory is not None:
-            self.engine = engine_factory(self.model, self.tokenizer)
-        elif gen.engine == "transformers":
+            return engine_factory(self.model, self.tokenizer)
+        if gen.engine == "transformers":
             from acesql.models.hf_engine import HFEngine
 
             # shares the policy's module: new weights are seen without a copy; a sharded
             # policy cannot generate alone (FSDP's gathers need every process in step), so
             # the engine gets a full inference copy, refreshed after every step
             sampler = self.model
-            if dist.sharded:
+            if self.dist.sharded:
                 sampler = load_model(model_dir, dtype="float32", device=str(self.device)).eval()
-            self.engine = HFEngine(
+            return HFEngine(
                 model=sampler,
                 tokenizer=self.tokenizer,
                 batch_size=gen.batch_size,
                 progress=False,
                 bf16_autocast=gen.bf16_autocast,
             )
-        else:
-            from acesql.models.engine import open_engine
+        from acesql.models.engine import open_engine
 
-            self.engine = open_engine(gen, model_dir)
-        self.executor = _TimedExecutor(BatchExecutor(timeout_s=cfg.timeout_s))
-        self.scoring = StepScorer(
-            cfg,
-            self.schemas,
-            self.prompts,
-            self.tokenizer,
-            dist=dist,
-            process=self._process_scorer(cfg, sql_format),
-        )
-        self.state = RunState(
-            fingerprint=run_fingerprint(model_dir, seed, cfg, examples, pool),
-            world_size=dist.world_size,
-            sharding=dist.sharding if dist.enabled else "none",
-        )
-        self._pending: list[dict] = []  # step records not yet sent to the tracker
+        return open_engine(gen, model_dir)
 
     # ------------------------------------------------------------------------- the run
 

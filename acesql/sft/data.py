@@ -212,21 +212,7 @@ def build_generator_distilled(
     cocte = prompts.sql_format == "cocte"
     # the base model writes plain SQL; chains are rewritten from the SQL that executes right
     sampler = prompts.with_sql_format("direct") if cocte else prompts
-    usable = []  # (example, retriever prompt, retriever target, generator prompt, sampled prompt)
-    for ex in examples:
-        schema = schemas(ex)
-        try:
-            columns = gold_columns(ex, schema)
-        except SqlParseError:
-            stats.dropped[("both", "gold_unparseable")] += 1
-            continue
-        r_prompt = prompts.retriever(schema, ex.question, ex.evidence)
-        g_prompt = prompts.generator(schema, columns, ex.question, ex.evidence)
-        s_prompt = sampler.generator(schema, columns, ex.question, ex.evidence)
-        if not all(prompts.fits(p, max_prompt_tokens) for p in (r_prompt, g_prompt, s_prompt)):
-            stats.dropped[("both", "prompt_too_long")] += 1
-            continue
-        usable.append((ex, r_prompt, columns, g_prompt, s_prompt))
+    usable = _usable(examples, prompts, sampler, schemas, max_prompt_tokens, stats)
     sampling = dict(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     retrieved = [[] for _ in usable]
     if retriever_samples:
@@ -256,16 +242,9 @@ def build_generator_distilled(
     for (ex, r_prompt, columns, g_prompt, _), r_outputs, outputs in zip(
         usable, retrieved, generated
     ):
-        schema = schemas(ex)
-        for target in _covering_targets(r_outputs, columns, schema, prompts, stats):
-            shown, prompt = schema, r_prompt  # r_prompt's length was checked above
-            if order:
-                shuffled = _shuffled(schema, order)
-                candidate = prompts.retriever(shuffled, ex.question, ex.evidence)
-                if prompts.fits(candidate, max_prompt_tokens):
-                    shown, prompt = shuffled, candidate
-            response = prompts.retriever_target(shown, target)
-            retriever_records.append(_record("retriever", prompt, response, ex))
+        retriever_records += _retriever_records(
+            ex, r_prompt, columns, r_outputs, schemas(ex), prompts, order, max_prompt_tokens, stats
+        )
         seen = set()
         for o in outputs:
             reason = _distilled_sql_problem(o, next(verdicts), sampler, seen)
@@ -284,6 +263,44 @@ def build_generator_distilled(
     for rec in retriever_records + generator_records:
         stats.kept[(rec["role"], rec["complexity"])] += 1
     return retriever_records + generator_records, stats
+
+
+def _usable(examples, prompts, sampler, schemas, max_prompt_tokens, stats) -> list[tuple]:
+    """(example, retriever prompt, gold columns, generator prompt, sampled generator prompt)
+    of each example whose gold SQL parses and whose prompts fit; the others counted."""
+    usable = []
+    for ex in examples:
+        schema = schemas(ex)
+        try:
+            columns = gold_columns(ex, schema)
+        except SqlParseError:
+            stats.dropped[("both", "gold_unparseable")] += 1
+            continue
+        r_prompt = prompts.retriever(schema, ex.question, ex.evidence)
+        g_prompt = prompts.generator(schema, columns, ex.question, ex.evidence)
+        s_prompt = sampler.generator(schema, columns, ex.question, ex.evidence)
+        if not all(prompts.fits(p, max_prompt_tokens) for p in (r_prompt, g_prompt, s_prompt)):
+            stats.dropped[("both", "prompt_too_long")] += 1
+            continue
+        usable.append((ex, r_prompt, columns, g_prompt, s_prompt))
+    return usable
+
+
+def _retriever_records(
+    ex, r_prompt, columns, r_outputs, schema, prompts, order, max_prompt_tokens, stats
+) -> list[dict]:
+    """A record per covering target; with `order`, shown over shuffled tables where that fits."""
+    records = []
+    for target in _covering_targets(r_outputs, columns, schema, prompts, stats):
+        shown, prompt = schema, r_prompt  # r_prompt's length was checked above
+        if order:
+            shuffled = _shuffled(schema, order)
+            candidate = prompts.retriever(shuffled, ex.question, ex.evidence)
+            if prompts.fits(candidate, max_prompt_tokens):
+                shown, prompt = shuffled, candidate
+        response = prompts.retriever_target(shown, target)
+        records.append(_record("retriever", prompt, response, ex))
+    return records
 
 
 def _covering_targets(outputs, gold: list[str], schema, prompts: PromptBuilder, stats) -> list:
@@ -364,10 +381,11 @@ def build_self_distilled(
         gen_prompts.append(prompts.generator(schema, columns, ex.question, ex.evidence))
     generated = engine.generate(gen_prompts, n=generator_samples, seed=seed + 1, **sampling)
 
-    checks = []
-    for (ex, _), outputs in zip(usable, generated):
-        for o in outputs:
-            checks.append((ex.db_path, parse_sql(o.text) or "", ex.sql))
+    checks = [
+        (ex.db_path, parse_sql(o.text) or "", ex.sql)
+        for (ex, _), outputs in zip(usable, generated)
+        for o in outputs
+    ]
     verdicts = iter(executor.match_many(checks, match_mode))
 
     retriever_records, generator_records = [], []
@@ -388,17 +406,9 @@ def build_self_distilled(
                 continue
             seen.add(o.text)
             generator_records.append(_record("generator", g_prompt, o.text.strip(), ex))
-        seen = set()
-        for p, o in zip(parsed, r_outputs):
-            if not p.ok or not format_ok(o, "retriever", prompts.reasoning):
-                stats.dropped[("retriever", "unparseable")] += 1
-            elif not any(s <= set(p.columns) for s in matched_sets):
-                stats.dropped[("retriever", "supports_no_matched_sql")] += 1
-            elif o.text in seen:
-                stats.dropped[("retriever", "duplicate")] += 1
-            else:
-                seen.add(o.text)
-                retriever_records.append(_record("retriever", r_prompt, o.text.strip(), ex))
+        retriever_records += _supported_retriever_records(
+            ex, r_prompt, parsed, r_outputs, matched_sets, prompts, stats
+        )
     if balance:
         retriever_records, generator_records = _balance(
             retriever_records, generator_records, random.Random(seed), stats
@@ -406,6 +416,23 @@ def build_self_distilled(
     for rec in retriever_records + generator_records:
         stats.kept[(rec["role"], rec["complexity"])] += 1
     return retriever_records + generator_records, stats
+
+
+def _supported_retriever_records(ex, r_prompt, parsed, r_outputs, matched_sets, prompts, stats):
+    """The retriever samples, distinct and well-formed, that cover a set of columns some
+    execution-matched SQL used; the others counted by reason."""
+    records, seen = [], set()
+    for p, o in zip(parsed, r_outputs):
+        if not p.ok or not format_ok(o, "retriever", prompts.reasoning):
+            stats.dropped[("retriever", "unparseable")] += 1
+        elif not any(s <= set(p.columns) for s in matched_sets):
+            stats.dropped[("retriever", "supports_no_matched_sql")] += 1
+        elif o.text in seen:
+            stats.dropped[("retriever", "duplicate")] += 1
+        else:
+            seen.add(o.text)
+            records.append(_record("retriever", r_prompt, o.text.strip(), ex))
+    return records
 
 
 def _balance(a: list, b: list, rng: random.Random, stats: SftStats) -> tuple[list, list]:

@@ -25,6 +25,7 @@ import json
 import math
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -88,6 +89,20 @@ def collate(items: list[dict], pad_id: int) -> dict:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+@dataclass
+class _Run:
+    """One training run's moving parts, set up by `_prepare`."""
+
+    accelerator: object
+    autocast: object
+    model: object
+    optimizer: object
+    scheduler: object
+    state: dict
+    total_steps: int
+    resumed_from: int
+
+
 def train_sft(
     model_dir,
     records: list[dict],
@@ -99,10 +114,7 @@ def train_sft(
     seed: int = 0,
 ) -> dict:
     """Fine-tune the model at `model_dir` on `records`; save it to `out_dir`; return a summary."""
-    from accelerate import Accelerator
-    from transformers import get_scheduler
-
-    from acesql.models.base_model import load_model, load_tokenizer
+    from acesql.models.base_model import load_tokenizer
 
     tracker = tracker or NullTracker()
     out_dir = Path(out_dir)
@@ -112,6 +124,35 @@ def train_sft(
     items, too_long = tokenize_records(tokenizer, records, config.max_length)
     if not items:
         raise ValueError("no SFT record fits sft.max_length; raise it or shorten the prompts")
+    run = _prepare(model_dir, records, len(items), config, device, seed, ckpts)
+    stop_reason = _train(run, items, tokenizer.pad_token_id, config, seed, tracker, ckpts)
+    run.accelerator.wait_for_everyone()
+    _save_model(run.accelerator, run.model, tokenizer, out_dir)
+    state = run.state
+    summary = {
+        "steps": state["step"],
+        "planned_steps": run.total_steps,
+        "stop_reason": stop_reason,
+        "examples": len(items),
+        "dropped_too_long": too_long,
+        "tokens_seen": state["tokens"],
+        "train_seconds": round(state["elapsed_s"], 1),
+        "first_loss": state["losses"][0] if state["losses"] else None,
+        "final_loss": state["losses"][-1] if state["losses"] else None,
+        "resumed_from_step": run.resumed_from,  # as read from disk
+        "losses": state["losses"],
+    }
+    if run.accelerator.is_main_process:
+        (out_dir / "sft_summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _prepare(model_dir, records, n_items, config: SftSection, device, seed, ckpts) -> _Run:
+    """Accelerator, model, optimizer and cosine schedule; the newest checkpoint's state if any."""
+    from accelerate import Accelerator
+    from transformers import get_scheduler
+
+    from acesql.models.base_model import load_model
 
     use_cpu = device == "cpu" or (device is None and not torch.cuda.is_available())
     # bf16 autocast is applied here, not through accelerate's mixed_precision, so that one
@@ -137,7 +178,7 @@ def train_sft(
     model.train()
 
     world = accelerator.num_processes
-    steps_per_epoch = math.ceil(len(items) / config.batch_size / config.grad_accum / world)
+    steps_per_epoch = math.ceil(n_items / config.batch_size / config.grad_accum / world)
     total_steps = max(1, math.ceil(steps_per_epoch * config.epochs))
     trainable = train_top_layers(model, config.train_layers)
     optimizer = torch.optim.AdamW(
@@ -162,9 +203,24 @@ def train_sft(
     if resume:  # weights, optimizer, scheduler and RNG states, sharded or not
         accelerator.load_state(str(resume.path))
         state = dict(resume.state)
+    return _Run(
+        accelerator,
+        autocast,
+        model,
+        optimizer,
+        scheduler,
+        state,
+        total_steps,
+        resume.state["step"] if resume else 0,
+    )
 
+
+def _train(run: _Run, items, pad_id, config: SftSection, seed, tracker, ckpts) -> str:
+    """Epochs of shuffled micro-batches until the last step or the time budget; why it ended."""
+    accelerator, state = run.accelerator, run.state
+    world = accelerator.num_processes
     budget_s = config.time_budget_minutes * 60 if config.time_budget_minutes else math.inf
-    last = min(total_steps, config.max_steps or total_steps)  # the schedule spans total_steps
+    last = min(run.total_steps, config.max_steps or run.total_steps)  # schedule spans total
     bar = StepBar(
         total=last,
         initial=state["step"],
@@ -175,69 +231,63 @@ def train_sft(
     )
     started = time.monotonic() - state["elapsed_s"]
     window: list[float] = []
-    stop_reason = "epochs" if last == total_steps else "max_steps"
+    stop_reason = "epochs" if last == run.total_steps else "max_steps"
     while state["step"] < last:
         batches = make_batches(items, config.batch_size, seed, state["epoch"])
         batches = batches[accelerator.process_index :: world]  # each process its share
         while state["micro"] < len(batches) and state["step"] < last:
-            batch = collate([items[i] for i in batches[state["micro"]]], tokenizer.pad_token_id)
-            batch = {k: v.to(accelerator.device) for k, v in batch.items()}
-            with accelerator.accumulate(model):
-                with autocast:
-                    loss = response_loss(model, **batch)
-                accelerator.backward(loss)
-                if accelerator.sync_gradients:
-                    accelerator.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                if accelerator.sync_gradients:
-                    scheduler.step()
-                optimizer.zero_grad()
-            state["micro"] += 1
-            state["tokens"] += int(batch["attention_mask"].sum())
-            window.append(float(loss.detach()))
-            if accelerator.sync_gradients:
-                state["step"] += 1
-                state["elapsed_s"] = time.monotonic() - started
-                # the global batch's loss: the mean over processes of each one's micro-batches
-                loss_now = torch.tensor(sum(window) / len(window), device=accelerator.device)
-                mean = float(accelerator.reduce(loss_now, "mean"))
-                window = []
-                state["losses"].append(round(mean, 5))
-                bar.update()
-                bar.set_postfix(loss=f"{mean:.4f}")
-                if state["step"] % config.log_every == 0:
-                    tracker.log_metrics(
-                        {"sft/loss": mean, "sft/lr": scheduler.get_last_lr()[0]}, step=state["step"]
-                    )
-                if state["step"] % config.checkpoint_every == 0:
-                    _save_checkpoint(accelerator, state, ckpts)
-                if state["elapsed_s"] > budget_s:
-                    stop_reason = "time_budget"
-                    break
+            batch = collate([items[i] for i in batches[state["micro"]]], pad_id)
+            window.append(_micro_step(run, batch))
+            if not accelerator.sync_gradients:
+                continue
+            state["step"] += 1
+            state["elapsed_s"] = time.monotonic() - started
+            _log_step(run, window, bar, config, tracker)
+            window = []
+            if state["step"] % config.checkpoint_every == 0:
+                _save_checkpoint(accelerator, state, ckpts)
+            if state["elapsed_s"] > budget_s:
+                stop_reason = "time_budget"
+                break
         if stop_reason == "time_budget":
             break
         state["epoch"] += 1
         state["micro"] = 0
     bar.close()
+    return stop_reason
 
-    accelerator.wait_for_everyone()
-    _save_model(accelerator, model, tokenizer, out_dir)
-    summary = {
-        "steps": state["step"],
-        "planned_steps": total_steps,
-        "stop_reason": stop_reason,
-        "examples": len(items),
-        "dropped_too_long": too_long,
-        "tokens_seen": state["tokens"],
-        "train_seconds": round(state["elapsed_s"], 1),
-        "first_loss": state["losses"][0] if state["losses"] else None,
-        "final_loss": state["losses"][-1] if state["losses"] else None,
-        "resumed_from_step": resume.state["step"] if resume else 0,  # as read from disk
-        "losses": state["losses"],
-    }
-    if accelerator.is_main_process:
-        (out_dir / "sft_summary.json").write_text(json.dumps(summary, indent=1))
-    return summary
+
+def _micro_step(run: _Run, batch: dict) -> float:
+    """Forward and backward of one micro-batch; the optimizer steps when accumulation is done."""
+    accelerator, model = run.accelerator, run.model
+    batch = {k: v.to(accelerator.device) for k, v in batch.items()}
+    with accelerator.accumulate(model):
+        with run.autocast:
+            loss = response_loss(model, **batch)
+        accelerator.backward(loss)
+        if accelerator.sync_gradients:
+            accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        run.optimizer.step()
+        if accelerator.sync_gradients:
+            run.scheduler.step()
+        run.optimizer.zero_grad()
+    run.state["micro"] += 1
+    run.state["tokens"] += int(batch["attention_mask"].sum())
+    return float(loss.detach())
+
+
+def _log_step(run: _Run, window: list[float], bar, config: SftSection, tracker) -> None:
+    """The global batch's loss (mean over processes of their micro-batches), logged and shown."""
+    state = run.state
+    loss_now = torch.tensor(sum(window) / len(window), device=run.accelerator.device)
+    mean = float(run.accelerator.reduce(loss_now, "mean"))
+    state["losses"].append(round(mean, 5))
+    bar.update()
+    bar.set_postfix(loss=f"{mean:.4f}")
+    if state["step"] % config.log_every == 0:
+        tracker.log_metrics(
+            {"sft/loss": mean, "sft/lr": run.scheduler.get_last_lr()[0]}, step=state["step"]
+        )
 
 
 def _save_model(accelerator, model, tokenizer, out_dir: Path) -> None:
