@@ -28,20 +28,11 @@ from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
 from prefect.states import Cancelled, Cancelling
 
+from flows.registry import GPU_STAGES  # the training stages
 from flows.tasks import StageFailed
 
 GpuMode = Literal["never", "auto", "always"]
 GPU_POOL = "gpu"  # prefect.yaml's pool of the sft and grpo deployments
-GPU_STAGES = (
-    "sft",
-    "grpo",
-    "ranker",
-    "prm",
-    "reasoning_sft",
-    "agent_sft",
-    "reasoning_grpo",
-    "agent_grpo",
-)  # the training stages
 START_TIMEOUT_S = 900.0  # how long a dispatched run may wait for a worker to pick it up
 REPORT_EVERY_S = 60.0
 POLL_S = 5.0

@@ -58,6 +58,7 @@ from flows.dispatch import (  # noqa: E402
     use_gpu_deployments,
 )
 from flows.params_file import apply_profile  # noqa: E402
+from flows.registry import MAIN_STAGES, STAGES  # noqa: E402
 from flows.tasks import project_lock, repro  # noqa: E402
 from flows.tracking import (  # noqa: E402
     close_pipeline_run,
@@ -68,28 +69,6 @@ from flows.tracking import (  # noqa: E402
     tag_stage,
 )
 
-# the stages of dvc.yaml, in pipeline order
-STAGES = (
-    "base_model",
-    "data",
-    "debug_data",
-    "sft_data",
-    "sft",
-    "rl_data",
-    "grpo",
-    "evaluate",
-    "ranker_data",
-    "ranker",
-    "prm_data",
-    "prm",
-    "reasoning_sft",
-    "agent_sft",
-    "reasoning_grpo",
-    "agent_grpo",
-)
-# what a run does unless told otherwise: the ranker's, the process reward model's and the
-# agent's stages are asked for by name
-MAIN_STAGES = STAGES[: STAGES.index("evaluate") + 1]
 # what `make run`'s folder grows to (18 GB measured): environment, models, checkpoints and
 # DVC's cached copies of the final models
 RUN_DISK_GB = 20

@@ -49,6 +49,7 @@ from acesql.config import (
     SftSection,
 )
 from flows.params_file import PARAMS, UNSET, Overrides, merge_section, overrides_model
+from flows.registry import BY_NAME, STAGES
 from flows.tasks import project_lock, repro
 from flows.tracking import tag_stage
 
@@ -111,11 +112,13 @@ DISTRIBUTED_PARAMETER = """
 
 
 def stage_flow(stage: str) -> Callable:
-    """`@flow(name="acesql-<stage>")`, the parameters' descriptions (the form shows them)
-    added to the function's docstring."""
+    """`@flow(name="acesql-<stage>")`, described by the stage's line in `flows.registry` and
+    the parameters' descriptions (the form shows them)."""
 
     def decorate(fn):
-        fn.__doc__ += "\n" + STAGE_PARAMETERS.format(stage=stage)
+        fn.__doc__ = f"The {stage} stage: {BY_NAME[stage].does}\n" + STAGE_PARAMETERS.format(
+            stage=stage
+        )
         if "distributed" in inspect.signature(fn).parameters:
             fn.__doc__ = fn.__doc__.rstrip("\n") + DISTRIBUTED_PARAMETER
         return flow(name=f"acesql-{stage}")(fn)
@@ -146,7 +149,6 @@ def base_model_flow(
     force: bool = False,
     parent_run_id: str | None = None,
 ) -> None:
-    """The base_model stage: fetch and convert the model both roles start from."""
     reproduce("base_model", base_model, force, parent_run_id)
 
 
@@ -154,7 +156,6 @@ def base_model_flow(
 def data_flow(
     data: DataOverrides | None = None, force: bool = False, parent_run_id: str | None = None
 ) -> None:
-    """The data stage: generate or load the dataset, filter it, write the prepared splits."""
     reproduce("data", data, force, parent_run_id)
 
 
@@ -164,7 +165,6 @@ def debug_data_flow(
     force: bool = False,
     parent_run_id: str | None = None,
 ) -> None:
-    """The debug_data stage: SQL debugging tasks drawn from the prepared splits."""
     reproduce("debug_data", debug_data, force, parent_run_id)
 
 
@@ -174,7 +174,6 @@ def sft_data_flow(
     force: bool = False,
     parent_run_id: str | None = None,
 ) -> None:
-    """The sft_data stage: the supervised targets of both roles."""
     reproduce("sft_data", sft_data, force, parent_run_id)
 
 
@@ -185,7 +184,6 @@ def sft_flow(
     parent_run_id: str | None = None,
     distributed: DistributedOverrides | None = None,
 ) -> None:
-    """The sft stage: fine-tune both roles from the base model (resumes after a kill)."""
     reproduce("sft", sft, force, parent_run_id, distributed)
 
 
@@ -193,7 +191,6 @@ def sft_flow(
 def rl_data_flow(
     rl_data: RlDataOverrides | None = None, force: bool = False, parent_run_id: str | None = None
 ) -> None:
-    """The rl_data stage: the questions the SFT model solves only sometimes, and their pools."""
     reproduce("rl_data", rl_data, force, parent_run_id)
 
 
@@ -204,7 +201,6 @@ def grpo_flow(
     parent_run_id: str | None = None,
     distributed: DistributedOverrides | None = None,
 ) -> None:
-    """The grpo stage: joint dual-role GRPO from the SFT model (resumes after a kill)."""
     reproduce("grpo", grpo, force, parent_run_id, distributed)
 
 
@@ -214,7 +210,6 @@ def evaluate_flow(
     force: bool = False,
     parent_run_id: str | None = None,
 ) -> None:
-    """The evaluate stage: pipeline EX and generator ability of `evaluate.model`, per split."""
     reproduce("evaluate", evaluate, force, parent_run_id)
 
 
@@ -224,7 +219,6 @@ def ranker_data_flow(
     force: bool = False,
     parent_run_id: str | None = None,
 ) -> None:
-    """The ranker_data stage: pairs of a correct and a wrong candidate for the ranker role."""
     reproduce("ranker_data", ranker_data, force, parent_run_id)
 
 
@@ -234,7 +228,6 @@ def ranker_flow(
     force: bool = False,
     parent_run_id: str | None = None,
 ) -> None:
-    """The ranker stage: GRPO of the ranker role for position consistency (resumes)."""
     reproduce("ranker", ranker, force, parent_run_id)
 
 
@@ -244,7 +237,6 @@ def prm_data_flow(
     force: bool = False,
     parent_run_id: str | None = None,
 ) -> None:
-    """The prm_data stage: Chain-of-CTE prefixes labelled by Monte Carlo from execution."""
     reproduce("prm_data", prm_data, force, parent_run_id)
 
 
@@ -254,7 +246,6 @@ def prm_flow(
     force: bool = False,
     parent_run_id: str | None = None,
 ) -> None:
-    """The prm stage: the trajectory score model of the process reward."""
     reproduce("prm", prm, force, parent_run_id)
 
 
@@ -264,7 +255,6 @@ def reasoning_sft_flow(
     force: bool = False,
     parent_run_id: str | None = None,
 ) -> None:
-    """The reasoning_sft stage: the agent curriculum's imitation in one turn."""
     reproduce("reasoning_sft", reasoning_sft, force, parent_run_id)
 
 
@@ -274,7 +264,6 @@ def agent_sft_flow(
     force: bool = False,
     parent_run_id: str | None = None,
 ) -> None:
-    """The agent_sft stage: imitation for the multi-turn SQL agent."""
     reproduce("agent_sft", agent_sft, force, parent_run_id)
 
 
@@ -284,7 +273,6 @@ def reasoning_grpo_flow(
     force: bool = False,
     parent_run_id: str | None = None,
 ) -> None:
-    """The reasoning_grpo stage: the agent curriculum's RL in one turn."""
     reproduce("reasoning_grpo", reasoning_grpo, force, parent_run_id)
 
 
@@ -294,25 +282,8 @@ def agent_grpo_flow(
     force: bool = False,
     parent_run_id: str | None = None,
 ) -> None:
-    """The agent_grpo stage: agentic RL of the SQL agent over whole trajectories."""
     reproduce("agent_grpo", agent_grpo, force, parent_run_id)
 
 
-STAGE_FLOWS = {
-    "base_model": base_model_flow,
-    "data": data_flow,
-    "debug_data": debug_data_flow,
-    "sft_data": sft_data_flow,
-    "sft": sft_flow,
-    "rl_data": rl_data_flow,
-    "grpo": grpo_flow,
-    "evaluate": evaluate_flow,
-    "ranker_data": ranker_data_flow,
-    "ranker": ranker_flow,
-    "prm_data": prm_data_flow,
-    "prm": prm_flow,
-    "reasoning_sft": reasoning_sft_flow,
-    "agent_sft": agent_sft_flow,
-    "reasoning_grpo": reasoning_grpo_flow,
-    "agent_grpo": agent_grpo_flow,
-}
+# the flow of every stage of the registry, in its order
+STAGE_FLOWS = {stage: globals()[f"{stage}_flow"] for stage in STAGES}
