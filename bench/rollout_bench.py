@@ -10,12 +10,16 @@ What it measures
     - no-sharing: fp32, each sample prefilling its own copy of the prompt;
     - after: `bf16_autocast: auto` (fp32 on a CPU without native bf16), prefilled once.
 
-    Tokens/s counts the tokens the completions keep. Ratios are against `before`.
+    Tokens/s counts the tokens the completions keep. Ratios are against the first setting run
+    (`before` by default). `--profile wide` takes the prompts from the `wide` synthetic profile
+    (BIRD-scale schemas, about 1,100-token prompts), where prefill is most of a group's cost;
+    `--settings no-sharing after` then shows what prefilling a group's prompt once saves.
 
 How to run
     .venv/bin/python bench/rollout_bench.py                      # the tiny random model
     .venv/bin/python bench/rollout_bench.py --model models/base  # Qwen2.5-Coder-0.5B
         [--questions 4] [--samples 4] [--max-new-tokens 48] [--seed 0]
+        [--profile tiny|wide] [--settings before no-sharing after]
 
     It prints a table, then one JSON line with all the numbers.
 """
@@ -35,14 +39,14 @@ SETTINGS = {
 }
 
 
-def retriever_prompts(tokenizer, n: int, scratch: Path) -> list[str]:
+def retriever_prompts(tokenizer, n: int, scratch: Path, profile: str = "tiny") -> list[str]:
     from acesql.data.loaders import load_dataset
     from acesql.data.schemas import SchemaCache
     from acesql.data.synth.generate import SynthConfig, generate_dataset
     from acesql.models.prompts import PromptBuilder
 
     generate_dataset(
-        scratch / "synth", SynthConfig(n_databases=4, questions_per_db=8, profile="tiny", seed=0)
+        scratch / "synth", SynthConfig(n_databases=4, questions_per_db=8, profile=profile, seed=0)
     )
     examples = load_dataset(scratch / "synth", "synth", "train").examples[:n]
     prompts, schemas = PromptBuilder(tokenizer), SchemaCache(0)
@@ -66,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", choices=["tiny", "wide"], default="tiny")
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS))
     args = parser.parse_args(argv)
 
     import torch
@@ -81,22 +87,24 @@ def main(argv: list[str] | None = None) -> int:
 
             model_dir = build_tiny_model(Path(scratch) / "tiny")
         tokenizer, model = load_tokenizer(model_dir), load_model(model_dir)
-        prompts = retriever_prompts(tokenizer, args.questions, Path(scratch))
+        prompts = retriever_prompts(tokenizer, args.questions, Path(scratch), args.profile)
         prompt_tokens = sum(len(tokenizer(p).input_ids) for p in prompts) / len(prompts)
         results = {}
-        for name, options in SETTINGS.items():
+        for name in args.settings:
+            options = SETTINGS[name]
             engine = HFEngine(
                 model=model, tokenizer=tokenizer, batch_size=8, progress=False, **options
             )
             engine.generate(prompts[:1], n=2, max_new_tokens=2, seed=args.seed)  # warm-up
             results[name] = timed(engine, prompts, args.samples, args.max_new_tokens, args.seed)
-    base = results["before"]["tokens_per_s"]
+    first = args.settings[0]
+    base = results[first]["tokens_per_s"]
     print(
         f"model {args.model or 'tiny'}: {args.questions} prompts of {prompt_tokens:.0f} tokens "
         f"x {args.samples} samples, <= {args.max_new_tokens} new tokens, "
         f"{torch.get_num_threads()} threads, native bf16: {bf16_autocast_enabled('auto', 'cpu')}"
     )
-    print(f"{'setting':>11} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'vs before':>10}")
+    print(f"{'setting':>11} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'vs ' + first:>10}")
     for name, row in results.items():
         print(
             f"{name:>11} {row['tokens']:>7} {row['seconds']:>8.2f} "
@@ -106,13 +114,18 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 "model": args.model or "tiny",
+                "profile": args.profile,
                 "prompt_tokens": round(prompt_tokens, 1),
                 "samples": args.samples,
                 **{
                     k: {**v, "tokens_per_s": round(v["tokens_per_s"], 2)}
                     for k, v in results.items()
                 },
-                "after_vs_before": round(results["after"]["tokens_per_s"] / base, 2),
+                **{
+                    f"{k}_vs_{first}": round(v["tokens_per_s"] / base, 2)
+                    for k, v in results.items()
+                    if k != first
+                },
             }
         )
     )
