@@ -52,6 +52,11 @@ from pydantic import Field, model_validator
 from acesql.config import GenerationSection, SelectionSection, load_section
 from acesql.config.section import MatchMode, Section
 from acesql.errors import ConfigError, DataError
+from acesql.models.base_model import resolve_model_path
+from acesql.models.engine import open_engine
+from acesql.models.prompts import PromptBuilder
+from acesql.tracking import GIT_COMMIT_TAG, git_commit
+from acesql.tracking_store import experiment_id
 
 MODEL_ARTIFACT = "model"
 MAX_QUESTION_CHARS = 2000
@@ -138,8 +143,6 @@ class ServedPipeline(mlflow.pyfunc.PythonModel):
         self.__init__(**state)
 
     def load_context(self, context) -> None:
-        from acesql.models.engine import open_engine
-        from acesql.models.prompts import PromptBuilder
 
         self.settings = ServeSettings.model_validate(context.model_config)
         s = self.settings
@@ -260,7 +263,6 @@ def signature():
 def model_files(model_dir: str | Path, staging: Path) -> Path:
     """A folder in `staging` holding the model folder's top-level files (config, tokenizer,
     weights; checkpoints and pools left out): what the logged model copies as `model`."""
-    from acesql.models.base_model import resolve_model_path
 
     source = Path(resolve_model_path(model_dir))
     if not (source / "config.json").is_file():
@@ -311,9 +313,6 @@ def log_pipeline(
 
     import mlflow
     from mlflow import MlflowClient
-
-    from acesql.tracking import GIT_COMMIT_TAG, git_commit
-    from acesql.tracking_store import experiment_id
 
     client = MlflowClient(tracking_uri)
     exp_id = experiment_id(client, tracking_uri, experiment)

@@ -140,13 +140,13 @@ def test_generator_distillation_in_chain_form_rewrites_the_models_right_sql(
         asked.append(engine.prompt)
         return [sql_answer("SELECT 1 WHERE 0" if ex.index == examples[1].index else ex.sql)] * n
 
-    rewrite = to_cocte.to_cocte
+    rewrite = to_cocte.to_cocte  # the real one, patched where sft.data uses it
 
     def broken_for_first(sql, schema=None):
         chain = rewrite(sql, schema)
         return chain + " LIMIT 0" if sql == examples[0].sql else chain  # no rows, or no parse
 
-    monkeypatch.setattr(to_cocte, "to_cocte", broken_for_first)
+    monkeypatch.setattr("acesql.sft.data.to_cocte", broken_for_first)
     engine = RoleEngine(examples, generator)
     records, stats = _distil_generator(examples, cocte, engine, samples=1)
     assert asked and not any("chain of steps" in p for p in asked)

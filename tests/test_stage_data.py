@@ -155,7 +155,7 @@ def test_errors_exit_2_with_a_message(run_stage, capsys, uri, data, message):
 
 
 def test_a_failed_generation_keeps_the_earlier_outputs(run_stage, monkeypatch):
-    from acesql.data.synth import generate
+    from acesql.stages import data as data_stage
 
     run_stage({}, base={"tracking_uri": None})
     before = _tree(Path("data"))
@@ -165,7 +165,7 @@ def test_a_failed_generation_keeps_the_earlier_outputs(run_stage, monkeypatch):
         (root / "tables.json").write_text("[]")
         raise RuntimeError("killed halfway")
 
-    monkeypatch.setattr(generate, "generate_dataset", half_then_fail)
+    monkeypatch.setattr(data_stage, "generate_dataset", half_then_fail)  # where the stage calls it
     with pytest.raises(RuntimeError, match="killed halfway"):
         run_stage({"synth": {**TINY_SYNTH, "n_databases": 7}}, base={"tracking_uri": None})
     assert _tree(Path("data")) == before

@@ -42,6 +42,7 @@ from acesql.agent.rewards import (
 from acesql.errors import ConfigError
 from acesql.progress import history_windows, window_mean
 from acesql.rl.advantages import group_advantages
+from acesql.rl.plots import agent_curves_figure
 from acesql.rl.update import ScoredSequence, single_role_training
 from acesql.sql.replicas import ReplicaPool
 from acesql.tracking import NullTracker, Tracker
@@ -160,8 +161,6 @@ class AgentGrpoTrainer:
         self.model.save_pretrained(out_dir)
         self.tokenizer.save_pretrained(out_dir)
         if self.history:
-            from acesql.rl.plots import agent_curves_figure
-
             fig = agent_curves_figure(self.history)
             fig.savefig(out_dir / "curves.png", dpi=110)
             self.tracker.log_figure(fig, "plots/agent_curves.png")

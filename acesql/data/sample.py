@@ -11,6 +11,7 @@ import json
 import random
 import sqlite3
 from pathlib import Path
+from acesql.sql.schema import Schema
 
 _SCHOOL = """
 CREATE TABLE Department (
@@ -209,7 +210,6 @@ def build_sample_dataset(out: str | Path, seed: int = 0) -> Path:
 
 def _tables_entries(out: Path) -> list[dict]:
     """Spider-style tables.json entries, read back from the databases just written."""
-    from acesql.sql.schema import Schema
 
     return [
         Schema.from_sqlite(out / "database" / db_id / f"{db_id}.sqlite", db_id).to_tables_json()

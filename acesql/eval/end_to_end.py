@@ -29,6 +29,7 @@ from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache, gold_columns
 from acesql.errors import ConfigError, SqlParseError
 from acesql.eval.metrics import failure_category, summarize
+from acesql.eval.rescore import rescore_examples
 from acesql.eval.selection import prm_fields, ranked_fields, vote_fields
 from acesql.models.prompts import PromptBuilder
 from acesql.ranking.judge import Context, LetterJudge
@@ -323,7 +324,6 @@ def _rescored(
     process_scorer,
 ) -> list[dict]:
     """Rows scored again on an earlier run's stored candidates (`acesql.eval.rescore`)."""
-    from acesql.eval.rescore import rescore_examples
 
     selection = options.selection
     contexts = [_judged_in(prompts, schemas, ex, stored[ex.index]) for ex in examples]

@@ -24,6 +24,8 @@ from pathlib import Path
 from acesql.config import EvaluateSection, SelectionSection
 from acesql.data.loaders import Example
 from acesql.errors import ConfigError, DataError
+from acesql.eval.compare import load_rows
+from acesql.eval.rescore import matching_examples
 from acesql.eval.runner import (
     CHUNK_SIZE,
     evaluate_in_memory,
@@ -31,6 +33,13 @@ from acesql.eval.runner import (
     model_digest,
     read_unfinished,
 )
+from acesql.models.base_model import load_tokenizer
+from acesql.models.engine import open_engine
+from acesql.models.prompts import PromptBuilder
+from acesql.prm.model import TrajectoryScorer
+from acesql.prm.select import ProcessScorer
+from acesql.ranking.judge import LetterJudge
+from acesql.sql.batch_executor import BatchExecutor
 
 
 def settings(
@@ -87,10 +96,6 @@ class Evaluator:
         progress: bool = True,
         candidates_from: str | Path | None = None,
     ):
-        from acesql.models.base_model import load_tokenizer
-        from acesql.models.engine import open_engine
-        from acesql.models.prompts import PromptBuilder
-        from acesql.sql.batch_executor import BatchExecutor
 
         self.cfg = cfg
         self.progress = progress
@@ -130,11 +135,7 @@ class Evaluator:
         if selection is None or selection.method not in ("r3", "prm"):
             return {}
         if selection.method == "r3":
-            from acesql.ranking.judge import LetterJudge
-
             return {"judge": LetterJudge(self.engine.model, self.engine.tokenizer)}
-        from acesql.prm.model import TrajectoryScorer
-        from acesql.prm.select import ProcessScorer
 
         if not Path(selection.prm_model).is_dir():
             raise ConfigError(
@@ -158,8 +159,6 @@ class Evaluator:
         When rescoring, the questions without stored candidates are left out."""
         growing = None
         if self.candidates_from is not None:
-            from acesql.eval.rescore import matching_examples
-
             source = str(self.candidates_from)
             if out is not None:
                 refuse_overwriting_candidates(Path(out), Path(source), self.settings)
@@ -217,7 +216,6 @@ def refuse_overwriting_candidates(out: Path, source: Path, settings: dict) -> No
 
 def stored_candidates(folder: str) -> dict[int, dict]:
     """The rows of an r3 evaluation in `folder` (finished or not), by question index."""
-    from acesql.eval.compare import load_rows
 
     splits = load_rows(folder)
     if len(splits) != 1:

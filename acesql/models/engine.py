@@ -15,6 +15,7 @@ import importlib
 from dataclasses import dataclass, field
 
 from acesql.errors import ConfigError
+from acesql.models.base_model import resolve_model_path
 
 
 @dataclass
@@ -73,7 +74,6 @@ def load_engine(name: str, model_dir, **options) -> Engine:
             "`vllm` extra in a GPU worker environment"
         ) from exc
     if model_dir is not None:  # a base model given as a hub id or a folder elsewhere
-        from acesql.models.base_model import resolve_model_path
 
         model_dir = resolve_model_path(model_dir)
     return getattr(module, class_name)(model_dir, **options)

@@ -31,6 +31,7 @@ import torch
 
 from acesql.checkpoint import save_model
 from acesql.errors import ConfigError
+from acesql.models.base_model import load_tokenizer, resolve_model_path
 from acesql.prm.quality import auc, auc_within, calibration
 
 STEP_MARKER = "<step>"
@@ -76,8 +77,6 @@ class TrajectoryScorer:
     def from_base(cls, base: str | Path, max_length: int = 2048, device: str = "cpu"):
         """A new head on the base causal LM at `base` (its own copy of the weights)."""
         from transformers import AutoModelForSequenceClassification
-
-        from acesql.models.base_model import load_tokenizer, resolve_model_path
 
         tokenizer = load_tokenizer(base)
         tokenizer.padding_side = "right"

@@ -71,15 +71,21 @@ from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache
 from acesql.distributed import SINGLE, Dist, full_state_dict, load_full_state, shard_model
 from acesql.errors import ConfigError
+from acesql.models.base_model import load_model, load_policy, load_tokenizer
+from acesql.models.engine import open_engine
 from acesql.models.freezing import train_top_layers
 from acesql.models.prompts import PromptBuilder
+from acesql.prm.model import TrajectoryScorer
+from acesql.prm.select import ProcessScorer
 from acesql.progress import StepBar, history_windows, window_mean
+from acesql.rl.plots import curves_figure
 from acesql.rl.pool import EmpiricalPool
 from acesql.rl.rewards import ROLES
 from acesql.rl.rollout import rollout
 from acesql.rl.schedule import generator_weight
 from acesql.rl.scoring import StepScorer
 from acesql.rl.update import DualRoleUpdate
+from acesql.sql.batch_executor import BatchExecutor
 from acesql.tracking import NullTracker, Tracker
 
 # settings that only pace or log a run: changing them still resumes its checkpoints
@@ -162,8 +168,6 @@ class GrpoTrainer:
         engine_factory: Callable | None = None,
         dist: Dist = SINGLE,
     ):
-        from acesql.models.base_model import load_policy, load_tokenizer
-        from acesql.sql.batch_executor import BatchExecutor
 
         if not examples:
             raise ValueError("no RL questions: the rl_data stage kept none (see its metrics)")
@@ -247,7 +251,6 @@ class GrpoTrainer:
 
     def _open_engine(self, model_dir, engine_factory: Callable | None):
         """The rollout engine: the given factory's, or one opened from `generation.engine`."""
-        from acesql.models.base_model import load_model
 
         gen = self.cfg.generation
         if engine_factory is not None:
@@ -268,7 +271,6 @@ class GrpoTrainer:
                 progress=False,
                 bf16_autocast=gen.bf16_autocast,
             )
-        from acesql.models.engine import open_engine
 
         return open_engine(gen, model_dir)
 
@@ -377,8 +379,6 @@ class GrpoTrainer:
         """The frozen score model of `generator_reward: process`, or None."""
         if cfg.generator_reward != "process":
             return None
-        from acesql.prm.model import TrajectoryScorer
-        from acesql.prm.select import ProcessScorer
 
         if not Path(cfg.prm_model).is_dir():
             raise ConfigError(f"grpo.prm_model: {cfg.prm_model} not found: run the prm stage")
@@ -515,8 +515,6 @@ class GrpoTrainer:
             for record in self.state.history:
                 fh.write(json.dumps(record) + "\n")
         if self.state.history:
-            from acesql.rl.plots import curves_figure
-
             fig = curves_figure(self.state.history)
             fig.savefig(self.out_dir / "curves.png", dpi=110)
             self.tracker.log_figure(fig, "plots/grpo_curves.png")

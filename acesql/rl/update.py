@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import torch
 
 from acesql.distributed import SINGLE, Dist
+from acesql.models.base_model import load_policy, load_tokenizer
+from acesql.models.freezing import train_top_layers
 from acesql.models.logits import shared_prompt_logprobs, token_logprobs
 from acesql.models.precision import bf16_autocast_enabled
 from acesql.rl.loss import grpo_loss
@@ -270,8 +272,6 @@ def single_role_training(model_dir, cfg, device, *, micro_batch_size: int, share
     `cfg.beta > 0`, AdamW at `cfg.learning_rate`, and the clipped update with the k3 KL.
     `cfg` has learning_rate, clip_eps, beta, grad_clip, train_layers and bf16_autocast (the
     agent's and the ranker's sections)."""
-    from acesql.models.base_model import load_policy, load_tokenizer
-    from acesql.models.freezing import train_top_layers
 
     tokenizer = load_tokenizer(model_dir)
     model, ref = load_policy(model_dir, str(device), cfg.beta > 0)

@@ -52,6 +52,7 @@ from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns
 from acesql.sql.parsing import format_ok, parse_columns, parse_sql
 from acesql.sql.schema import Schema
+from acesql.sql.to_cocte import to_cocte
 
 ROLES = ("retriever", "generator")
 
@@ -168,7 +169,6 @@ def _generator_targets(examples, prompts, schemas, executor, match_mode, stats) 
 def _verified_chains(items, schemas, executor, match_mode) -> dict:
     """`items`: (key, example, sql). The CoCTE rewrite of each sql by key, kept when it
     executes to the example's gold result; a rewrite that fails is not kept."""
-    from acesql.sql.to_cocte import to_cocte
 
     drafts = {}
     for key, ex, sql in items:

@@ -32,6 +32,7 @@ import torch
 
 from acesql.checkpoint import Checkpoints, fingerprint, save_model
 from acesql.config import SftSection
+from acesql.models.base_model import load_model, load_tokenizer
 from acesql.models.freezing import train_top_layers
 from acesql.models.logits import IGNORE, response_loss
 from acesql.models.precision import bf16_autocast_enabled
@@ -114,7 +115,6 @@ def train_sft(
     seed: int = 0,
 ) -> dict:
     """Fine-tune the model at `model_dir` on `records`; save it to `out_dir`; return a summary."""
-    from acesql.models.base_model import load_tokenizer
 
     tracker = tracker or NullTracker()
     out_dir = Path(out_dir)
@@ -151,8 +151,6 @@ def _prepare(model_dir, records, n_items, config: SftSection, device, seed, ckpt
     """Accelerator, model, optimizer and cosine schedule; the newest checkpoint's state if any."""
     from accelerate import Accelerator
     from transformers import get_scheduler
-
-    from acesql.models.base_model import load_model
 
     use_cpu = device == "cpu" or (device is None and not torch.cuda.is_available())
     # bf16 autocast is applied here, not through accelerate's mixed_precision, so that one

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from acesql.errors import DataError
+from acesql.sql.sandbox import decode_text, open_readonly
 
 SAMPLE_SCAN_ROWS = 1000  # rows looked at per column when picking sample values
 SAMPLE_CHARS = 40  # longest sample value shown in a prompt
@@ -285,7 +286,6 @@ class Schema:
     @classmethod
     def from_sqlite(cls, path: str | Path, db_id: str | None = None, n_samples: int = 3) -> Schema:
         """Introspect a SQLite file: tables, declared types, keys and sample values."""
-        from acesql.sql.sandbox import decode_text, open_readonly
 
         path = Path(path)
         if not path.is_file():
@@ -344,8 +344,6 @@ class Schema:
             pk_indices.update(pk if isinstance(pk, list) else [pk])
         conn = None
         if db_path is not None and Path(db_path).is_file():
-            from acesql.sql.sandbox import decode_text, open_readonly
-
             conn = open_readonly(db_path)
             conn.text_factory = decode_text
         try:

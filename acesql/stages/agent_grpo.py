@@ -18,6 +18,9 @@ import tempfile
 
 from tqdm import tqdm
 
+from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask, require_model, training_mix
+from acesql.agent.trainer import AgentGrpoTrainer
+from acesql.sql.replicas import ReplicaPool
 from acesql.stages.common import run_stage, write_metrics
 
 
@@ -25,14 +28,6 @@ def stage(name: str):
     """The work of an RL stage whose section and outputs are called `name`."""
 
     def work(s: dict, tracker) -> dict:
-        from acesql.agent.tasks import (
-            DebugAgentTask,
-            QuestionAgentTask,
-            require_model,
-            training_mix,
-        )
-        from acesql.agent.trainer import AgentGrpoTrainer
-        from acesql.sql.replicas import ReplicaPool
 
         base, cfg = s["base"], s[name]
         model = require_model(cfg, name)

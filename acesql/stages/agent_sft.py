@@ -24,13 +24,15 @@ import tempfile
 
 from tqdm import tqdm
 
+from acesql.agent.demos import debug_demonstration, question_demonstration
+from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask, require_model, training_mix
+from acesql.models.base_model import load_tokenizer
+from acesql.sft.trainer import train_sft
+from acesql.sql.replicas import ReplicaPool
 from acesql.stages.common import run_stage, write_metrics
 
 
 def build_records(base, cfg, tokenizer, name: str) -> tuple[list[dict], dict]:
-    from acesql.agent.demos import debug_demonstration, question_demonstration
-    from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask, training_mix
-    from acesql.sql.replicas import ReplicaPool
 
     tasks, questions, rng = training_mix(base.data_dir, cfg, f"{base.seed}:{name}")
     single = set(rng.sample(range(len(tasks)), round(cfg.single_turn_share * len(tasks))))
@@ -58,9 +60,6 @@ def stage(name: str):
     """The work of an imitation stage whose section and outputs are called `name`."""
 
     def work(s: dict, tracker) -> dict:
-        from acesql.agent.tasks import require_model
-        from acesql.models.base_model import load_tokenizer
-        from acesql.sft.trainer import train_sft
 
         base, cfg = s["base"], s[name]
         model = require_model(cfg, name)

@@ -36,6 +36,7 @@ from acesql.config import BaseSection, DataSection, SynthSection, WideSection
 from acesql.data.filtering import filter_examples
 from acesql.data.loaders import Example, load_dataset
 from acesql.data.stats import distribution_figure, split_counts, wide_split_shape
+from acesql.data.synth.generate import SynthConfig, generate_dataset
 from acesql.errors import ConfigError, DataError
 from acesql.stages.common import run_stage
 from acesql.staging import replace_dir, write_atomic
@@ -115,7 +116,6 @@ def _moved(examples: list[Example], staged: Path, final: Path) -> list[Example]:
 
 def _generate(root: Path, synth: SynthSection, seed: int) -> dict:
     # Imported here: the generator is only needed for the synthetic source.
-    from acesql.data.synth.generate import SynthConfig, generate_dataset
 
     config = SynthConfig(seed=seed, **synth.model_dump())
     try:
@@ -125,7 +125,6 @@ def _generate(root: Path, synth: SynthSection, seed: int) -> dict:
 
 
 def _generate_wide(root: Path, wide: WideSection) -> dict:
-    from acesql.data.synth.generate import SynthConfig, generate_dataset
 
     config = SynthConfig(**wide.model_dump(), with_train=False, db_prefix=WIDE_DB_PREFIX)
     try:

@@ -21,7 +21,10 @@ from collections import Counter
 from tqdm import tqdm
 
 from acesql.data.loaders import read_prepared
+from acesql.debug.build import BuildConfig, build_tasks, summarize
+from acesql.debug.task import write_tasks
 from acesql.errors import DataError
+from acesql.sql.replicas import ReplicaPool
 from acesql.stages.common import run_stage, write_metrics
 from acesql.staging import replace_dir
 from acesql.tracking import flatten
@@ -30,9 +33,6 @@ SPLITS = ("train", "dev", "test_ood")
 
 
 def work(s: dict, tracker) -> dict:
-    from acesql.debug.build import BuildConfig, build_tasks, summarize
-    from acesql.debug.task import write_tasks
-    from acesql.sql.replicas import ReplicaPool
 
     base, cfg = s["base"], s["debug_data"]
     prepared = base.data_dir / "prepared"

@@ -21,7 +21,10 @@ import sys
 
 from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
+from acesql.distributed import close, init_from_env
 from acesql.errors import DataError
+from acesql.rl.pool import EmpiricalPool
+from acesql.rl.trainer import GrpoTrainer, latest_checkpoint, run_fingerprint
 from acesql.stages.common import relaunch, run_stage, write_metrics
 from acesql.staging import replace_dir
 
@@ -29,7 +32,6 @@ SECTIONS = ("base", "base_model", "prompt", "grpo", "distributed")
 
 
 def _inputs(s: dict):
-    from acesql.rl.pool import EmpiricalPool
 
     base = s["base"]
     model_dir = base.models_dir / "sft"
@@ -45,7 +47,6 @@ def _inputs(s: dict):
 
 
 def _resume_run(s: dict) -> str | None:
-    from acesql.rl.trainer import latest_checkpoint, run_fingerprint
 
     try:
         model_dir, examples, pool = _inputs(s)
@@ -74,9 +75,7 @@ def _no_questions(model_dir, out_dir, metrics_path) -> dict:
 
 
 def work(s: dict, tracker) -> dict:
-    from acesql.distributed import close, init_from_env
     from acesql.eval.end_to_end import Validation
-    from acesql.rl.trainer import GrpoTrainer
 
     base, cfg, d = s["base"], s["grpo"], s["distributed"]
     model_dir, examples, pool = _inputs(s)

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from acesql.data.loaders import parse_jsonl
 from acesql.errors import DataError
+from acesql.prm.model import train_prm
 from acesql.stages.common import run_stage, write_metrics
 
 
@@ -29,7 +30,6 @@ def read_records(path: Path) -> list[dict]:
 
 
 def work(s: dict, tracker) -> dict:
-    from acesql.prm.model import train_prm
 
     base, cfg = s["base"], s["prm"]
     if not Path(cfg.base).is_dir():

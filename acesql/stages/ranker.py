@@ -19,12 +19,12 @@ from pathlib import Path
 from tqdm import tqdm
 
 from acesql.errors import DataError
+from acesql.ranking.pairs import read_pairs
+from acesql.ranking.trainer import RankerTrainer
 from acesql.stages.common import run_stage, write_metrics
 
 
 def work(s: dict, tracker) -> dict:
-    from acesql.ranking.pairs import read_pairs
-    from acesql.ranking.trainer import RankerTrainer
 
     base, cfg = s["base"], s["ranker"]
     if not Path(cfg.model).is_dir():

@@ -17,19 +17,19 @@ from tqdm import tqdm
 
 from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
+from acesql.data.schemas import SchemaCache
 from acesql.errors import DataError
+from acesql.models.base_model import load_tokenizer
+from acesql.models.engine import open_engine
+from acesql.models.prompts import PromptBuilder
+from acesql.rl.data import build_rl_data
+from acesql.sql.batch_executor import BatchExecutor
 from acesql.stages.common import run_stage, write_metrics
 from acesql.staging import replace_dir
 from acesql.tracking import flatten
 
 
 def work(s: dict, tracker) -> dict:
-    from acesql.data.schemas import SchemaCache
-    from acesql.models.base_model import load_tokenizer
-    from acesql.models.engine import open_engine
-    from acesql.models.prompts import PromptBuilder
-    from acesql.rl.data import build_rl_data
-    from acesql.sql.batch_executor import BatchExecutor
 
     base, cfg = s["base"], s["rl_data"]
     model_dir = base.models_dir / "sft"

@@ -18,8 +18,10 @@ from acesql.data.loaders import read_prepared
 from acesql.data.schemas import SchemaCache
 from acesql.errors import DataError
 from acesql.models.base_model import load_tokenizer
+from acesql.models.engine import open_engine
 from acesql.models.prompts import PromptBuilder
 from acesql.sft.data import ROLES, build_generator_distilled, build_gold, build_self_distilled
+from acesql.sql.batch_executor import BatchExecutor
 from acesql.stages.common import run_stage, write_metrics
 from acesql.staging import replace_dir
 from acesql.tracking import flatten
@@ -38,8 +40,6 @@ def work(s: dict, tracker) -> dict:
     if cfg.mode == "gold" and p.sql_format == "direct":
         records, stats = build_gold(examples, prompts, schemas, p.max_prompt_tokens)
     elif cfg.mode == "gold":  # Chain-of-CTE targets are kept when they execute as the gold
-        from acesql.sql.batch_executor import BatchExecutor
-
         with BatchExecutor() as executor:
             records, stats = build_gold(
                 examples, prompts, schemas, p.max_prompt_tokens, executor, cfg.match_mode
@@ -73,8 +73,6 @@ def work(s: dict, tracker) -> dict:
 
 def _distil(cfg, examples, prompts, schemas, model_dir, p, seed):
     """Targets sampled from the base model: `distill_generator` or `self_distill`."""
-    from acesql.models.engine import open_engine
-    from acesql.sql.batch_executor import BatchExecutor
 
     gen = cfg.generation
     settings = dict(
