@@ -59,6 +59,7 @@ def _debug_data(tmp_path, synth_dir, tiny_model_dir):
     return params
 
 
+@pytest.mark.slow  # a whole stage (or several) in subprocesses
 def test_debug_data_stage(tmp_path, synth_dir, tiny_model_dir):
     _debug_data(tmp_path, synth_dir, tiny_model_dir)
 
@@ -84,12 +85,14 @@ def test_agent_sft_stage_trains_on_demonstrations(tmp_path, synth_dir, tiny_mode
     assert (tmp_path / "models" / "agent_grpo" / "config.json").is_file()
 
 
+@pytest.mark.slow  # a whole stage (or several) in subprocesses
 def test_agent_sft_says_what_is_missing(tmp_path, synth_dir, tiny_model_dir):
     params = _project(tmp_path, synth_dir, tiny_model_dir)
     proc = run_stage("agent_sft", params)
     assert proc.returncode == 2 and "run the debug_data stage first" in proc.stderr
 
 
+@pytest.mark.slow  # a whole stage (or several) in subprocesses
 def test_each_curriculum_stage_names_the_model_it_needs(tmp_path, synth_dir, tiny_model_dir):
     params = _project(tmp_path, synth_dir, tiny_model_dir)
     for name in ("reasoning_sft", "reasoning_grpo"):

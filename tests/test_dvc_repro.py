@@ -104,6 +104,7 @@ def test_dvc_repro_in_a_fresh_clone(clone):
     assert "Running stage" not in again.stdout
 
 
+@pytest.mark.slow  # a whole stage (or several) in subprocesses
 def test_dvc_repro_from_a_shell_without_the_venv(clone):
     """`.venv/bin/dvc repro` with no venv on PATH runs the stage with the project's python; an
     interpreter that cannot run the stages stops naming the fix, and nothing is lost."""

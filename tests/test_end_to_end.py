@@ -116,6 +116,7 @@ def test_voting_samples_at_temperature_one(setup):
     assert engine.calls[0][1:] == (4, 1.0)
 
 
+@pytest.mark.slow  # a whole stage (or several) in subprocesses
 def test_eval_cli_with_the_tiny_model(synth_dir, tiny_model_dir, tmp_path):
     import subprocess
     import sys

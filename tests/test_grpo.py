@@ -282,6 +282,7 @@ def _run(module, params, **kw):
     )
 
 
+@pytest.mark.slow  # a whole stage (or several) in subprocesses
 def test_rl_data_stage_keeps_bounded_questions(tmp_path, tiny_model_dir, synth_dir, examples):
     params = stage_project(tmp_path, tiny_model_dir, synth_dir, examples, {})
     proc = _run("acesql.stages.rl_data", params)
@@ -398,6 +399,7 @@ def test_grpo_stage_resumes_after_sigkill(tmp_path, tiny_model_dir, synth_dir, e
     assert sorted(m.step for m in history) == [1, 2, 3, 4, 5, 6]  # each step exactly once
 
 
+@pytest.mark.slow  # a whole stage (or several) in subprocesses
 def test_grpo_stage_without_questions_keeps_the_sft_model(
     tmp_path, tiny_model_dir, synth_dir, examples
 ):

@@ -210,6 +210,7 @@ def test_step_labels_of_a_direct_policy_come_from_its_sampled_answers(synth_dir,
         assert len(prefix) == len(complete[0]["steps"])
 
 
+@pytest.mark.slow  # a whole stage (or several) in subprocesses
 def test_the_stages_say_what_is_missing_and_train_on_given_records(
     tmp_path, synth_dir, tiny_model_dir
 ):

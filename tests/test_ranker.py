@@ -194,6 +194,7 @@ def _project(tmp_path, synth_dir, tiny_model_dir):
     return path
 
 
+@pytest.mark.slow  # a whole stage (or several) in subprocesses
 def test_the_stages_say_when_no_pair_exists_and_train_on_given_pairs(
     tmp_path, synth_dir, tiny_model_dir
 ):
