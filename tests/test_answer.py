@@ -91,3 +91,40 @@ def test_eval_answers_reads_a_dev_run_and_names_the_policy(tmp_path):
     (tmp_path / "old" / "rows.jsonl").write_text(json.dumps({"usable": True}) + "\n")
     result = CliRunner().invoke(cli, ["eval", "answers", str(tmp_path / "old")])
     assert result.exit_code == 2 and "no rows with a full-schema answer" in result.output
+
+
+def test_compare_pairs_one_answer_of_a_with_another_of_b(tmp_path):
+    """The base model's full schema (A) against a trained model's full_else_pipeline (B), on
+    numbers worked out by hand: A right on 6 of 10; B right on 8 (its full schema on 0-3,
+    its pipeline on 6-9 where the full schema's SQL did not run); A alone on 4 and 5, B alone
+    on 6 to 9: +20.0 points, exact McNemar p = 2 * P(X <= 2 | 6, 1/2) = 0.6875."""
+    import json
+
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+
+    def write(name, rows):
+        (tmp_path / name / "dev").mkdir(parents=True)
+        lines = (json.dumps({**r, "index": i, "db_id": "d"}) + "\n" for i, r in enumerate(rows))
+        (tmp_path / name / "dev" / "rows.jsonl").write_text("".join(lines))
+        (tmp_path / name / "dev" / "metrics.json").write_text(json.dumps({"usable": len(rows)}))
+
+    write("a", [row(False, i < 6) for i in range(10)])
+    write(
+        "b",
+        [row(False, True)] * 4 + [row(False, False)] * 2 + [row(True, False, full_ran=False)] * 4,
+    )
+    args = ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
+    result = CliRunner().invoke(
+        cli, [*args, "--answer-a", "full_schema", "--answer-b", "full_else_pipeline"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "dev: B's full_else_pipeline against A's full_schema, on 10 questions" in result.output
+    last = result.output.strip().splitlines()[-1].split()
+    assert last[:3] == ["60.0%", "80.0%", "+20.0"] and last[-3:] == ["2", "4", "0.688"]
+    # one answer named pairs the same answer on both sides; an unknown one is refused
+    same = CliRunner().invoke(cli, [*args, "--answer-b", "pipeline"])
+    assert "B's pipeline against A's pipeline, on 10 questions" in same.output
+    bad = CliRunner().invoke(cli, [*args, "--answer-a", "full"])
+    assert bad.exit_code != 0 and "unknown answer 'full'" in bad.output

@@ -119,11 +119,26 @@ TRACKING_URI = click.option(
 @click.argument("run_a")
 @click.argument("run_b")
 @TRACKING_URI
-def compare_command(run_a, run_b, tracking_uri):
+@click.option(
+    "--answer-a",
+    metavar="ANSWER",
+    callback=lambda ctx, param, value: _answer_name(value),
+    help="Also pair this answer of A's rows with --answer-b's of B's: shipped, pipeline, "
+    "full_schema, gold_columns, or a selection.answer policy (full_else_pipeline, "
+    "pipeline_else_full, by_size:N).  [default: --answer-b's]",
+)
+@click.option(
+    "--answer-b",
+    metavar="ANSWER",
+    callback=lambda ctx, param, value: _answer_name(value),
+    help="B's answer in that pairing.  [default: --answer-a's]",
+)
+def compare_command(run_a, run_b, tracking_uri, answer_a, answer_b):
     """Two evaluations side by side (result folders or MLflow run ids); with per-question rows
     on both sides, also B - A on the same questions with a 95% bootstrap interval and the
-    exact McNemar p-value."""
-    _compare(run_a, run_b, tracking_uri)
+    exact McNemar p-value. With --answer-a/--answer-b, also one answer of A against another of
+    B (e.g. the base model's full schema against what a trained model ships)."""
+    _compare(run_a, run_b, tracking_uri, answer_a, answer_b)
 
 
 @evaluate_group.command("audit-sweep")
@@ -454,7 +469,20 @@ def _log_evaluation(tracker, summary: dict, split: str, out: str | None) -> None
             tracker.log_artifact(Path(out) / name)
 
 
-def _compare(a: str, b: str, tracking_uri: str) -> None:
+def _answer_name(value: str | None) -> str | None:
+    """--answer-a/-b's value, checked before anything is read."""
+    from acesql.errors import DataError
+    from acesql.eval.compare import check_answer
+
+    try:
+        return value and check_answer(value)
+    except DataError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _compare(
+    a: str, b: str, tracking_uri: str, answer_a: str | None = None, answer_b: str | None = None
+) -> None:
     from acesql.eval.agent import is_agent_evaluation
 
     if is_agent_evaluation(a) or is_agent_evaluation(b):
@@ -463,6 +491,7 @@ def _compare(a: str, b: str, tracking_uri: str) -> None:
     # a bar per downloaded rows file would bury the table
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from acesql.eval.compare import (
+        answers_table,
         compare_table,
         load_evaluation,
         load_rows,
@@ -471,12 +500,16 @@ def _compare(a: str, b: str, tracking_uri: str) -> None:
         unfinished_note,
     )
 
+    answer_a, answer_b = answer_a or answer_b, answer_b or answer_a
     left, right = (load_evaluation(c, tracking_uri) for c in (a, b))
     for note in filter(None, [*map(unfinished_note, (a, b)), settings_note(a, b)]):
         click.echo(note)
     click.echo(compare_table(left, right, a, b))
-    paired = paired_table(*(load_rows(c, tracking_uri) for c in (a, b)))
+    rows = [load_rows(c, tracking_uri) for c in (a, b)]
+    paired = paired_table(*rows)
     click.echo(paired or "\n(no per-question rows on both sides: no paired intervals)")
+    if paired and answer_a:
+        click.echo(answers_table(*rows, answer_a, answer_b))
 
 
 def _audit_sweep(run_ref: str, tracking_uri: str) -> None:

@@ -12,6 +12,11 @@ run's `rows.jsonl` artifact), `paired_table` adds what the aggregate table canno
 the questions both scored, B - A with a 95% bootstrap interval and the exact McNemar p-value
 (`acesql.paired`). A folder whose evaluation is still running, or was killed, is
 read from its finished chunks (`acesql.eval.runner.read_unfinished`), marked as unfinished.
+
+`answers_table` pairs one answer of A with another of B (`--answer-a full_schema --answer-b
+full_else_pipeline`: the base model asked with every column against what a trained model
+ships under a policy), each read from the rows: the pipeline's, the full schema's, the gold
+columns', the shipped one, or any `selection.answer` policy applied to the row.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from acesql.errors import DataError
 from acesql.eval.metrics import COUNTS, SCORE_LABELS, level_key, summarize
 from acesql.eval.runner import SETTINGS_FILE, read_unfinished
 from acesql.paired import paired_difference
+from acesql.selection.answer import POLICIES, answer_fields
 
 LEVEL_ROWS = ("usable", "answer_ex", "pipeline_ex", "full_schema_ex", "maj_ex", "generator_ex")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -417,3 +423,71 @@ def _rows_from_run(run_id: str, tracking_uri: str | None) -> dict[str, list[dict
             return {split: _read_rows(rows)}
     except MlflowException as exc:
         raise DataError(f"cannot read the rows of MLflow run {run_id}: {exc.message}") from exc
+
+
+# answers read from a row's own fields; every other name is a `selection.answer` policy
+ROW_ANSWERS = {
+    "shipped": "answer_match",
+    "pipeline": "pipeline_match",
+    "full_schema": "full_match",
+    "gold_columns": "generator_match",
+}
+ANSWERS = (*ROW_ANSWERS, *(p for p in POLICIES if p not in ROW_ANSWERS))
+
+
+def check_answer(name: str) -> str:
+    """`name` if it names an answer of a row (`by_size:N` with its token bound), else an
+    error saying which names there are.
+
+    >>> check_answer("by_size:900")
+    'by_size:900'
+    >>> check_answer("full")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    acesql.errors.DataError: unknown answer 'full': one of shipped, pipeline, full_schema, ...
+    """
+    policy, _, tokens = name.partition(":")
+    if policy in ANSWERS and (not tokens or (policy == "by_size" and tokens.isdigit())):
+        return name
+    raise DataError(
+        f"unknown answer {name!r}: one of {', '.join(ANSWERS)} (by_size:N sets its bound)"
+    )
+
+
+def answer_match(row: dict, answer: str) -> bool | None:
+    """Whether `answer` of `row` is right; None when the row has no such answer."""
+    if answer in ROW_ANSWERS:
+        value = row.get(ROW_ANSWERS[answer])
+        return None if value is None else bool(value)
+    policy, _, tokens = answer.partition(":")
+    return answer_fields(row, policy, int(tokens or 1024)).get("answer_match")
+
+
+def answers_table(
+    a: dict[str, list[dict]], b: dict[str, list[dict]], answer_a: str, answer_b: str
+) -> str:
+    """Per split, B's `answer_b` - A's `answer_a` on the questions both scored and both
+    answered: interval, discordant counts, p-value."""
+    lines = []
+    for split in sorted(set(a) & set(b)):
+        left, right = _by_question(a[split]), _by_question(b[split])
+        pairs = [
+            (x, y)
+            for q in sorted(set(left) & set(right), key=str)
+            if (x := answer_match(left[q], answer_a)) is not None
+            and (y := answer_match(right[q], answer_b)) is not None
+        ]
+        if not pairs:
+            lines.append(f"\n{split}: no question with both answers")
+            continue
+        r = paired_difference([float(x) for x, _ in pairs], [float(y) for _, y in pairs])
+        lines += [
+            "",
+            f"{split}: B's {answer_b} against A's {answer_a}, on {r.n} questions",
+            f"{'A':>8}{'B':>8}{'B - A':>8}{'95% interval':>18}{'A only':>8}{'B only':>8}"
+            f"{'McNemar p':>11}",
+            f"{100 * r.mean_a:>7.1f}%{100 * r.mean_b:>7.1f}%{100 * r.diff:>+8.1f}"
+            f"{f'[{100 * r.low:+.1f}, {100 * r.high:+.1f}]':>18}"
+            f"{r.only_a:>8}{r.only_b:>8}{r.p_value:>11.3g}",
+        ]
+    return "\n".join(lines)
