@@ -24,6 +24,12 @@ from acesql.cli.options import (
     timeout_option,
     write_jsonl,
 )
+from acesql.cli.reading import (
+    answer_name,
+    audit_sweep_report,
+    compare_evaluations,
+    selections_report,
+)
 from acesql.data.loaders import LOADERS
 
 
@@ -122,7 +128,7 @@ TRACKING_URI = click.option(
 @click.option(
     "--answer-a",
     metavar="ANSWER",
-    callback=lambda ctx, param, value: _answer_name(value),
+    callback=lambda ctx, param, value: answer_name(value),
     help="Also pair this answer of A's rows with --answer-b's of B's: shipped, pipeline, "
     "full_schema, gold_columns, or a selection.answer policy (full_else_pipeline, "
     "pipeline_else_full, by_size:N).  [default: --answer-b's]",
@@ -130,7 +136,7 @@ TRACKING_URI = click.option(
 @click.option(
     "--answer-b",
     metavar="ANSWER",
-    callback=lambda ctx, param, value: _answer_name(value),
+    callback=lambda ctx, param, value: answer_name(value),
     help="B's answer in that pairing.  [default: --answer-a's]",
 )
 def compare_command(run_a, run_b, tracking_uri, answer_a, answer_b):
@@ -138,7 +144,7 @@ def compare_command(run_a, run_b, tracking_uri, answer_a, answer_b):
     on both sides, also B - A on the same questions with a 95% bootstrap interval and the
     exact McNemar p-value. With --answer-a/--answer-b, also one answer of A against another of
     B (e.g. the base model's full schema against what a trained model ships)."""
-    _compare(run_a, run_b, tracking_uri, answer_a, answer_b)
+    compare_evaluations(run_a, run_b, tracking_uri, answer_a, answer_b)
 
 
 @evaluate_group.command("audit-sweep")
@@ -148,7 +154,7 @@ def audit_sweep_command(run_ref, tracking_uri):
     """From an evaluation with --selection r3 --resample (a result folder, finished or not,
     or an MLflow run id), what each lower --audit-threshold would have given and cost,
     without running the model again."""
-    _audit_sweep(run_ref, tracking_uri)
+    audit_sweep_report(run_ref, tracking_uri)
 
 
 @evaluate_group.command("selections")
@@ -158,7 +164,7 @@ def selections_command(run_ref, tracking_uri):
     """Every selection in one evaluation with candidates against its maj@n on the same
     candidates, paired: 95% bootstrap interval, discordant counts, McNemar p, accuracy given
     recall."""
-    _selections(run_ref, tracking_uri)
+    selections_report(run_ref, tracking_uri)
 
 
 @evaluate_group.command("answers")
@@ -439,11 +445,11 @@ def _old_verb(compare, audit_sweep, selections, tracking_uri) -> bool:
         if value:
             click.echo(f"acesql eval {flag} is now `acesql eval {verb}`", err=True)
     if compare:
-        _compare(*compare, tracking_uri)
+        compare_evaluations(*compare, tracking_uri)
     elif audit_sweep:
-        _audit_sweep(audit_sweep, tracking_uri)
+        audit_sweep_report(audit_sweep, tracking_uri)
     elif selections:
-        _selections(selections, tracking_uri)
+        selections_report(selections, tracking_uri)
     return bool(compare or audit_sweep or selections)
 
 
@@ -467,94 +473,6 @@ def _log_evaluation(tracker, summary: dict, split: str, out: str | None) -> None
     if out is not None and (Path(out) / "metrics.json").is_file():
         for name in REPORT_FILES:
             tracker.log_artifact(Path(out) / name)
-
-
-def _answer_name(value: str | None) -> str | None:
-    """--answer-a/-b's value, checked before anything is read."""
-    from acesql.errors import DataError
-    from acesql.eval.compare import check_answer
-
-    try:
-        return value and check_answer(value)
-    except DataError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def _compare(
-    a: str, b: str, tracking_uri: str, answer_a: str | None = None, answer_b: str | None = None
-) -> None:
-    from acesql.eval.agent import is_agent_evaluation
-
-    if is_agent_evaluation(a) or is_agent_evaluation(b):
-        _compare_agent_evaluations(a, b)
-        return
-    # a bar per downloaded rows file would bury the table
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    from acesql.eval.compare import (
-        answers_table,
-        compare_table,
-        load_evaluation,
-        load_rows,
-        paired_table,
-        settings_note,
-        unfinished_note,
-    )
-
-    answer_a, answer_b = answer_a or answer_b, answer_b or answer_a
-    left, right = (load_evaluation(c, tracking_uri) for c in (a, b))
-    for note in filter(None, [*map(unfinished_note, (a, b)), settings_note(a, b)]):
-        click.echo(note)
-    click.echo(compare_table(left, right, a, b))
-    rows = [load_rows(c, tracking_uri) for c in (a, b)]
-    paired = paired_table(*rows)
-    click.echo(paired or "\n(no per-question rows on both sides: no paired intervals)")
-    if paired and answer_a:
-        click.echo(answers_table(*rows, answer_a, answer_b))
-
-
-def _audit_sweep(run_ref: str, tracking_uri: str) -> None:
-    from acesql.eval.audit_sweep import audit_sweep as sweep
-    from acesql.eval.audit_sweep import chosen_threshold, sweep_table
-    from acesql.eval.compare import load_rows
-
-    splits = load_rows(run_ref, tracking_uri)
-    tables = {split: sweep(rows) for split, rows in splits.items()}
-    if not any(tables.values()):
-        raise click.UsageError(
-            f"{run_ref} holds no rows ranked with resampling "
-            "(evaluate with --selection r3 --resample and --out)"
-        )
-    for split, points in tables.items():
-        if not points:
-            continue
-        click.echo(f"{split}: {len(splits[split])} questions")
-        click.echo(sweep_table(points))
-        pick = chosen_threshold(points)
-        where = f"{pick.threshold:.2f} ({pick.ex:.1%}, {pick.candidates:.1f} candidates a question)"
-        if pick.gain.low > 0:
-            click.echo(
-                f"resampling pays here from {where}; set it with --audit-threshold or "
-                "selection.audit_threshold for other splits, not the one it was read from"
-            )
-        else:
-            click.echo(
-                "no threshold's gain over ranking without resampling has a 95% interval "
-                f"above zero on these questions: resampling does not pay; its cheapest "
-                f"threshold is {where}"
-            )
-
-
-def _selections(run_ref: str, tracking_uri: str) -> None:
-    from acesql.eval.compare import load_rows
-    from acesql.eval.selection_report import selection_report
-
-    report = selection_report(load_rows(run_ref, tracking_uri))
-    if not report:
-        raise click.UsageError(
-            f"{run_ref} holds no rows with candidates "
-            "(evaluate with --selection maj, r3 or prm, and --out)"
-        )
-    click.echo(report)
 
 
 def _evaluate_agent(
@@ -588,23 +506,6 @@ def _evaluate_agent(
         return
     with tempfile.TemporaryDirectory(prefix="acesql-agent-eval-") as scratch:
         echo_json(run_agent_evaluation(model, tasks_file, Path(scratch), **options))
-
-
-def _compare_agent_evaluations(a: str, b: str) -> None:
-    """`acesql eval --compare A B` of two agent evaluations, paired on their tasks."""
-    from acesql.eval.agent import compare, compare_table, is_agent_evaluation, read_rows
-
-    other = next((ref for ref in (a, b) if not is_agent_evaluation(ref)), None)
-    if other is not None:
-        raise click.UsageError(
-            f"{other} is not an agent evaluation on debugging tasks: an agent evaluation "
-            "compares only with another one"
-        )
-    rows_a, rows_b = read_rows(Path(a)), read_rows(Path(b))
-    paired = compare(rows_a, rows_b)
-    if not paired["all"]["n"]:
-        raise click.UsageError(f"{a} and {b} share no task: nothing to pair")
-    click.echo(compare_table(paired, a, b))
 
 
 @click.command("metrics")
