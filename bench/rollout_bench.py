@@ -8,7 +8,9 @@ What it measures
 
     - before: bf16 autocast on (what the CPU profile used), prompts prefilled once per group;
     - no-sharing: fp32, each sample prefilling its own copy of the prompt;
-    - after: `bf16_autocast: auto` (fp32 on a CPU without native bf16), prefilled once.
+    - after: `bf16_autocast: auto` (fp32 on a CPU without native bf16), prefilled once;
+    - fp32-shared (only when asked): fp32, prefilled once: against no-sharing, what sharing
+      the prompt's prefill alone saves.
 
     Tokens/s counts the tokens the completions keep. Ratios are against the first setting run
     (`before` by default). `--profile wide` takes the prompts from the `wide` synthetic profile
@@ -36,6 +38,7 @@ SETTINGS = {
     "before": {"bf16_autocast": True, "share_prefix": True},
     "no-sharing": {"bf16_autocast": False, "share_prefix": False},
     "after": {"bf16_autocast": "auto", "share_prefix": True},
+    "fp32-shared": {"bf16_autocast": False, "share_prefix": True},  # sharing alone
 }
 
 
@@ -71,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", choices=["tiny", "wide"], default="tiny")
-    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS))
+    parser.add_argument(
+        "--settings", nargs="+", choices=list(SETTINGS), default=["before", "no-sharing", "after"]
+    )
     args = parser.parse_args(argv)
 
     import torch
