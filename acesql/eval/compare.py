@@ -306,18 +306,23 @@ def paired_table(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> str:
             if not pairs:
                 continue
             r = paired_difference([float(x) for x, _ in pairs], [float(y) for _, y in pairs])
-            interval = f"[{100 * r.low:+.1f}, {100 * r.high:+.1f}]"
-            counts = (
-                f"{r.only_a:>8}{r.only_b:>8}{r.p_value:>11.3g}"
-                if r.p_value is not None
-                else f"{'-':>8}{'-':>8}{'-':>11}"
-            )
             lines.append(
-                f"{label:<24}{100 * r.mean_a:>7.1f}%{100 * r.mean_b:>7.1f}%"
-                f"{100 * r.diff:>+8.1f}{interval:>18}{counts}"
-                + (f"  (n={r.n})" if r.n != len(common) else "")
+                f"{label:<24}{_paired_cells(r)}" + (f"  (n={r.n})" if r.n != len(common) else "")
             )
     return "\n".join(lines)
+
+
+def _paired_cells(r) -> str:
+    """A, B, B - A, the interval, the discordant counts and p of one paired difference."""
+    interval = f"[{100 * r.low:+.1f}, {100 * r.high:+.1f}]"
+    counts = (
+        f"{r.only_a:>8}{r.only_b:>8}{r.p_value:>11.3g}"
+        if r.p_value is not None
+        else f"{'-':>8}{'-':>8}{'-':>11}"
+    )
+    return (
+        f"{100 * r.mean_a:>7.1f}%{100 * r.mean_b:>7.1f}%{100 * r.diff:>+8.1f}{interval:>18}{counts}"
+    )
 
 
 def settings_note(ref_a: str, ref_b: str) -> str | None:
@@ -486,8 +491,6 @@ def answers_table(
             f"{split}: B's {answer_b} against A's {answer_a}, on {r.n} questions",
             f"{'A':>8}{'B':>8}{'B - A':>8}{'95% interval':>18}{'A only':>8}{'B only':>8}"
             f"{'McNemar p':>11}",
-            f"{100 * r.mean_a:>7.1f}%{100 * r.mean_b:>7.1f}%{100 * r.diff:>+8.1f}"
-            f"{f'[{100 * r.low:+.1f}, {100 * r.high:+.1f}]':>18}"
-            f"{r.only_a:>8}{r.only_b:>8}{r.p_value:>11.3g}",
+            _paired_cells(r),
         ]
     return "\n".join(lines)

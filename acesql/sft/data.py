@@ -124,10 +124,8 @@ def build_gold(
     targets = _generator_targets(examples, prompts, schemas, executor, match_mode, stats)
     for ex in examples:
         schema = schemas(ex)
-        try:
-            columns = gold_columns(ex, schema)
-        except SqlParseError:
-            stats.dropped[("both", "gold_unparseable")] += 1
+        columns = _parsed_gold_columns(ex, schema, stats)
+        if columns is None:
             continue
         pairs = [
             (
@@ -265,16 +263,23 @@ def build_generator_distilled(
     return retriever_records + generator_records, stats
 
 
+def _parsed_gold_columns(ex, schema, stats) -> list[str] | None:
+    """The gold SQL's columns, or None (counted as `gold_unparseable`) when it does not parse."""
+    try:
+        return gold_columns(ex, schema)
+    except SqlParseError:
+        stats.dropped[("both", "gold_unparseable")] += 1
+        return None
+
+
 def _usable(examples, prompts, sampler, schemas, max_prompt_tokens, stats) -> list[tuple]:
     """(example, retriever prompt, gold columns, generator prompt, sampled generator prompt)
     of each example whose gold SQL parses and whose prompts fit; the others counted."""
     usable = []
     for ex in examples:
         schema = schemas(ex)
-        try:
-            columns = gold_columns(ex, schema)
-        except SqlParseError:
-            stats.dropped[("both", "gold_unparseable")] += 1
+        columns = _parsed_gold_columns(ex, schema, stats)
+        if columns is None:
             continue
         r_prompt = prompts.retriever(schema, ex.question, ex.evidence)
         g_prompt = prompts.generator(schema, columns, ex.question, ex.evidence)
