@@ -47,3 +47,17 @@ def test_a_plain_run_is_the_main_stages_and_the_gpu_pool_runs_the_training():
     }  # fmt: skip
     # a stage that trains with several processes is one the gpu pool runs
     assert {s.name for s in registry.REGISTRY if s.distributed} <= set(registry.GPU_STAGES)
+
+
+def test_each_stage_declares_its_headline_as_the_dvc_metric_and_its_details_as_an_output():
+    """`dvc metrics show` prints the declared metrics files: the few headline numbers of each
+    stage, not the hundreds of its full metrics file, which DVC still tracks as an output."""
+    stages = yaml.safe_load(Path("dvc.yaml").read_text())["stages"]
+    for name, stage in stages.items():
+        stage = stage.get("do", stage)
+        for metric in stage.get("metrics", []):
+            if metric == "models/base_model.json":  # ten numbers: small enough as it is
+                continue
+            assert metric.endswith("headline.json"), (name, metric)
+            details = metric.removesuffix("headline.json") + "metrics.json"
+            assert details in stage["outs"], (name, details)

@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -75,4 +76,23 @@ def test_save_model_moves_files_in_only_after_a_full_save(tmp_path):
         "config.json",
         "model.safetensors",
         "tokenizer.json",
+    ]
+
+
+def test_a_stage_metrics_file_comes_with_its_headline(tmp_path):
+    """The headline holds the stage's `HEADLINES` numbers, flat; the details keep everything."""
+    from acesql.stages.common import write_metrics
+    from acesql.stages.headlines import HEADLINES
+
+    metrics = {"considered": 12, "kept": 3, "kept_rate": 0.25, "reasons": {"too_hard": 9}}
+    write_metrics(tmp_path / "rl_metrics.json", metrics, "rl_data")
+    assert json.loads((tmp_path / "rl_metrics.json").read_text()) == metrics
+    headline = json.loads((tmp_path / "rl_headline.json").read_text())
+    assert headline == {"considered": 12, "kept": 3, "kept_rate": 0.25}
+    assert list(headline) == list(HEADLINES["rl_data"])
+    write_metrics(tmp_path / "base.json", {"x": 1})  # no stage: no headline
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "base.json",
+        "rl_headline.json",
+        "rl_metrics.json",
     ]

@@ -522,8 +522,8 @@ def metrics(every, as_json, lock):
     """How each stage of the last `dvc repro` went, one number per line.
 
     The headline numbers of `acesql.stages.headlines` (the ones the pipeline's MLflow run
-    carries), read from the JSON outputs dvc.lock records for each stage: the narrow view of
-    what `dvc metrics show` prints as one very wide row per file.
+    carries), read from the JSON outputs dvc.lock records for each stage: one per line, where
+    `dvc metrics show` prints the same numbers as one row per stage's headline file.
     """
     from acesql.stages.headlines import pipeline_numbers
 

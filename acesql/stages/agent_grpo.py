@@ -44,7 +44,7 @@ def stage(name: str):
             finally:
                 bar.close()
         metrics = {"debug_tasks": len(debug), "questions": len(tasks) - len(debug), **summary}
-        write_metrics(base.models_dir / f"{name}_metrics.json", metrics)
+        write_metrics(base.models_dir / f"{name}_metrics.json", metrics, name)
         return {k: v for k, v in metrics.items() if k != "history"}
 
     return work

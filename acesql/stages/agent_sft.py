@@ -68,7 +68,7 @@ def stage(name: str):
             model, records, base.models_dir / name, cfg.training, tracker, seed=base.seed
         )
         metrics = {**counts, **{k: v for k, v in summary.items() if k != "losses"}}
-        write_metrics(base.models_dir / f"{name}_metrics.json", metrics)
+        write_metrics(base.models_dir / f"{name}_metrics.json", metrics, name)
         tracker.log_metrics(
             {f"{name}/{k}": v for k, v in metrics.items() if isinstance(v, int | float)}
         )

@@ -15,6 +15,7 @@ from acesql.config import load_section
 from acesql.distributed import launch_command, process_rank
 from acesql.errors import AcesqlError
 from acesql.host import host_tags
+from acesql.stages.headlines import write_headline
 from acesql.staging import write_atomic
 from acesql.tracking import NullTracker, make_tracker
 
@@ -91,5 +92,8 @@ def _interrupted(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def write_metrics(path: Path, metrics: dict) -> None:
+def write_metrics(path: Path, metrics: dict, stage: str | None = None) -> None:
+    """Write a stage's metrics file; with `stage`, also its headline (the DVC metric)."""
     write_atomic(path, json.dumps(metrics, indent=2, default=str) + "\n")
+    if stage is not None:
+        write_headline(stage, path, metrics)

@@ -14,6 +14,7 @@ Reads the `base` and `data` sections. Writes, under `base.data_dir`:
     prepared/distribution.png   complexity and domain (or database) per split (not the wide ones)
     metrics.json                counts per split and complexity, filtering, generator summary,
                                 and the wide splits' schema shape (tables, columns per database)
+    headline.json               the split sizes: the stage's DVC metric
 
 and logs params, metrics, the figure and metrics.json to MLflow. Every example records its
 `db_path` as the source gives it; for the default layout that is relative to the project root,
@@ -38,8 +39,8 @@ from acesql.data.loaders import Example, load_dataset
 from acesql.data.stats import distribution_figure, split_counts, wide_split_shape
 from acesql.data.synth.generate import SynthConfig, generate_dataset
 from acesql.errors import ConfigError, DataError
-from acesql.stages.common import run_stage
-from acesql.staging import replace_dir, write_atomic
+from acesql.stages.common import run_stage, write_metrics
+from acesql.staging import replace_dir
 from acesql.tracking import Tracker, flatten
 
 SPLIT_NAMES = ("train", "dev", "test_ood")
@@ -97,7 +98,7 @@ def prepare_data(base: BaseSection, data: DataSection, tracker: Tracker) -> dict
         tracker.log_metrics({"wide.generator.seconds": wide["generator"].pop("seconds")})
         metrics["wide"] = wide
     metrics_path = base.data_dir / "metrics.json"
-    write_atomic(metrics_path, json.dumps(metrics, indent=2) + "\n")
+    write_metrics(metrics_path, metrics, "data")
 
     numbers = {k: v for k, v in flatten(metrics).items() if isinstance(v, int | float)}
     tracker.log_metrics(numbers)

@@ -58,7 +58,7 @@ def work(s: dict, tracker) -> dict:
             all_tasks += tasks
             rejected += dropped
     metrics = {**summarize(all_tasks, rejected), "splits": by_split}
-    write_metrics(base.data_dir / "debug_metrics.json", metrics)
+    write_metrics(base.data_dir / "debug_metrics.json", metrics, "debug_data")
     tracker.log_metrics(
         {f"debug_data/{k}": v for k, v in flatten(metrics).items() if isinstance(v, int | float)}
     )

@@ -4,7 +4,8 @@
 
 Reads `base`, `base_model`, `prompt`, `evaluate` and `selection`; the model at
 `evaluate.model` and the prepared split(s) (`--split`, or every split of `evaluate.splits`).
-For each split writes `{results_dir}/<split>/`: `metrics.json` (the DVC metrics file:
+For each split writes `{results_dir}/<split>/`: `headline.json` (the DVC metric: the
+answers' EX, recall, coverage), `metrics.json` (every number:
 pipeline EX, the selection's scores (maj@n, candidate recall; with r3 also pointwise
 best-of-n and groupwise ranking), generator ability, retriever scores, non-gold ratio,
 tokens, failures, per complexity), `rows.jsonl`,
@@ -22,9 +23,17 @@ from acesql.errors import ConfigError
 from acesql.eval.compare import flat_summary
 from acesql.eval.session import Evaluator
 from acesql.stages.common import run_stage
+from acesql.stages.headlines import write_headline
 
 SECTIONS = ("base", "base_model", "prompt", "evaluate", "selection")
-REPORT_FILES = ("metrics.json", "settings.json", "rows.jsonl", "predict_dev.json", "report.html")
+REPORT_FILES = (
+    "metrics.json",
+    "headline.json",
+    "settings.json",
+    "rows.jsonl",
+    "predict_dev.json",
+    "report.html",
+)
 
 
 def work(s: dict, tracker, split: str | None = None) -> dict:
@@ -53,6 +62,7 @@ def work(s: dict, tracker, split: str | None = None) -> dict:
                 examples, dataset=str(base.data_dir / "prepared"), split=name, out=out
             )
             metrics[name] = summary
+            write_headline("evaluate", out / "metrics.json", summary)
             tracker.log_metrics(metric_keys(summary, name))
             for file in REPORT_FILES:
                 tracker.log_artifact(out / file)

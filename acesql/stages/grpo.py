@@ -70,7 +70,7 @@ def _no_questions(model_dir, out_dir, metrics_path) -> dict:
             model_dir, new, ignore=shutil.ignore_patterns("checkpoints"), dirs_exist_ok=True
         )
     summary = {"steps": 0, "stop_reason": "no_rl_questions", "questions": 0}
-    write_metrics(metrics_path, summary)
+    write_metrics(metrics_path, summary, "grpo")
     return summary
 
 
@@ -114,7 +114,7 @@ def work(s: dict, tracker) -> dict:
         trainer.close()
         close(dist)
     if dist.is_main:
-        write_metrics(base.models_dir / "grpo_metrics.json", summary)
+        write_metrics(base.models_dir / "grpo_metrics.json", summary, "grpo")
     return summary
 
 

@@ -4,8 +4,10 @@
 files among the stage's dvc.lock outputs (a stage DVC skipped has them too: its outputs are
 the cached ones). The pipeline's MLflow run carries them (`<stage>.<key>`,
 `evaluate.<split>.<key>`), so the MLflow compare view lines two pipelines up; `acesql
-metrics` prints them, one per line, where `dvc metrics show` prints one row of a few hundred
-columns.
+metrics` prints them, one per line. Each stage also writes them beside its metrics file
+(`headline_path`), and dvc.yaml declares that small file as the stage's DVC metric, so `dvc
+metrics show` and `dvc exp show` print these few columns; the full metrics file is a plain
+output.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from acesql.staging import write_atomic
 from acesql.tracking import flatten
 
 # stage -> the flattened keys of its JSON outputs that say how it went
@@ -75,6 +78,38 @@ HEADLINES = {
         "retriever_fallback_rate",
     ),
 }
+
+
+def headline_path(metrics_path: Path) -> Path:
+    """Where the headline of a stage's metrics file goes.
+
+    >>> headline_path(Path("models/grpo_metrics.json")), headline_path(Path("r/dev/metrics.json"))
+    (PosixPath('models/grpo_headline.json'), PosixPath('r/dev/headline.json'))
+    """
+    if not metrics_path.name.endswith("metrics.json"):
+        raise ValueError(f"a stage's metrics file ends in metrics.json, not {metrics_path.name}")
+    return metrics_path.with_name(metrics_path.name.removesuffix("metrics.json") + "headline.json")
+
+
+def headline(stage: str, metrics: dict) -> dict[str, float]:
+    """The `HEADLINES` numbers of `stage` found in its `metrics`, flat, in `HEADLINES` order.
+
+    >>> headline("sft", {"steps": 3, "final_loss": 0.5, "losses": [1.0, 0.5], "note": "x"})
+    {'steps': 3, 'final_loss': 0.5}
+    """
+    flat = flatten(metrics)
+    return {
+        key: flat[key]
+        for key in HEADLINES[stage]
+        if isinstance(flat.get(key), int | float) and not isinstance(flat.get(key), bool)
+    }
+
+
+def write_headline(stage: str, metrics_path: Path, metrics: dict) -> Path:
+    """Write `stage`'s headline numbers of `metrics` beside `metrics_path`; return its path."""
+    path = headline_path(Path(metrics_path))
+    write_atomic(path, json.dumps(headline(stage, metrics), indent=2) + "\n")
+    return path
 
 
 def stage_headlines(

@@ -62,7 +62,7 @@ def work(s: dict, tracker) -> dict:
         bar.close()
     figure = base.models_dir / "prm_calibration.png"
     plot_calibration(metrics, figure)
-    write_metrics(base.models_dir / "prm_metrics.json", metrics)
+    write_metrics(base.models_dir / "prm_metrics.json", metrics, "prm")
     tracker.log_artifact(figure)
     return {
         k: v

@@ -94,7 +94,7 @@ def work(s: dict, tracker) -> dict:
         }
         | {"1": sum(x >= 1.0 for x in sigmas)},
     }
-    write_metrics(base.data_dir / "prm_metrics.json", metrics)
+    write_metrics(base.data_dir / "prm_metrics.json", metrics, "prm_data")
     tracker.log_metrics(
         {f"prm_data/{k}": v for k, v in flatten(metrics).items() if isinstance(v, int | float)}
     )

@@ -39,7 +39,7 @@ def work(s: dict, tracker) -> dict:
         summary = trainer.train(base.models_dir / "ranker", progress=bar.update)
     finally:
         bar.close()
-    write_metrics(base.models_dir / "ranker_metrics.json", summary)
+    write_metrics(base.models_dir / "ranker_metrics.json", summary, "ranker")
     return {k: v for k, v in summary.items() if k not in ("history", "evaluations")}
 
 

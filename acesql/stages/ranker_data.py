@@ -82,7 +82,7 @@ def work(s: dict, tracker) -> dict:
     with replace_dir(out) as new:
         for name, pairs in built.items():
             write_pairs(new / f"{name}.jsonl", pairs)
-    write_metrics(base.data_dir / "ranker_metrics.json", metrics)
+    write_metrics(base.data_dir / "ranker_metrics.json", metrics, "ranker_data")
     tracker.log_metrics(
         {f"ranker_data/{k}": v for k, v in flatten(metrics).items() if isinstance(v, int | float)}
     )

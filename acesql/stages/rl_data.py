@@ -85,7 +85,7 @@ def work(s: dict, tracker) -> dict:
         "bounds": [cfg.min_correct, cfg.max_correct],
         **stats.to_dict(),
     }
-    write_metrics(base.data_dir / "rl_metrics.json", metrics)
+    write_metrics(base.data_dir / "rl_metrics.json", metrics, "rl_data")
     tracker.log_metrics(
         {f"rl_data/{k}": v for k, v in flatten(metrics).items() if isinstance(v, int | float)}
     )

@@ -36,7 +36,7 @@ def work(s: dict, tracker) -> dict:
     )
     metrics = {k: v for k, v in summary.items() if k != "losses"}
     if process_rank() == 0:
-        write_metrics(base.models_dir / "sft_metrics.json", metrics)
+        write_metrics(base.models_dir / "sft_metrics.json", metrics, "sft")
     tracker.log_metrics({f"sft/{k}": v for k, v in metrics.items() if isinstance(v, int | float)})
     return metrics
 

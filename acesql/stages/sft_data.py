@@ -66,7 +66,7 @@ def work(s: dict, tracker) -> dict:
                     if rec["role"] == role:
                         fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
     metrics = {"mode": cfg.mode, "source_examples": len(examples), **stats.to_dict()}
-    write_metrics(base.data_dir / "sft_metrics.json", metrics)
+    write_metrics(base.data_dir / "sft_metrics.json", metrics, "sft_data")
     tracker.log_metrics({k: v for k, v in flatten(metrics).items() if isinstance(v, int)})
     return metrics
 
