@@ -83,12 +83,15 @@ HEADLINES = {
 def headline_path(metrics_path: Path) -> Path:
     """Where the headline of a stage's metrics file goes.
 
-    >>> headline_path(Path("models/grpo_metrics.json")), headline_path(Path("r/dev/metrics.json"))
-    (PosixPath('models/grpo_headline.json'), PosixPath('r/dev/headline.json'))
+    >>> names = ("grpo_metrics.json", "metrics.json", "base_model.json")
+    >>> [headline_path(Path(name)).name for name in names]
+    ['grpo_headline.json', 'headline.json', 'base_model_headline.json']
     """
-    if not metrics_path.name.endswith("metrics.json"):
-        raise ValueError(f"a stage's metrics file ends in metrics.json, not {metrics_path.name}")
-    return metrics_path.with_name(metrics_path.name.removesuffix("metrics.json") + "headline.json")
+    if metrics_path.suffix != ".json":
+        raise ValueError(f"a stage's metrics file is JSON, not {metrics_path.name}")
+    stem = metrics_path.stem
+    stem = stem.removesuffix("metrics") if stem.endswith("metrics") else stem + "_"
+    return metrics_path.with_name(stem + "headline.json")
 
 
 def headline(stage: str, metrics: dict) -> dict[str, float]:
