@@ -11,7 +11,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run heldout ui ui-stop deploy worker trigger test test-slow test-gpu lint format bench bench-pcgrad bench-grpo bench-replicas bench-dist clean
+.PHONY: setup run exps heldout ui ui-stop deploy worker trigger test test-slow test-gpu lint format bench bench-pcgrad bench-grpo bench-replicas bench-dist clean
 
 # While `make ui`'s Prefect server runs (its PID lives), `make run` reports to it.
 UI_API := $(shell test -f .ui/prefect.api && ps -p $$(cat .ui/prefect.pid 2>/dev/null) >/dev/null 2>&1 && cat .ui/prefect.api)
@@ -29,9 +29,15 @@ $(STAMP): pyproject.toml constraints.txt
 
 # The pipeline flow: `dvc repro` of each stage, under Prefect's temporary local API (or the
 # server of `make ui` while it runs). PROFILE=long first sets profiles/long.yaml's values in
-# params.yaml (about an hour on 2 cores); PROFILE=cpu sets the 30-minute default back.
+# params.yaml (about an hour on 2 cores) and saves the finished run as a DVC experiment (make
+# exps); PROFILE=cpu sets the 30-minute default back.
 run: setup
 	$(if $(UI_API),PREFECT_API_URL=$(UI_API) )$(PY) -m flows.pipeline $(if $(PROFILE),--profile $(PROFILE))
+
+# The runs saved as DVC experiments (`make run PROFILE=...`): the params that differ between
+# them and each stage's headline numbers, without the code and data hashes.
+exps: setup
+	$(VENV)/bin/dvc exp show --only-changed --drop '^[^:]*/[^:]*$$' $(ARGS)
 
 # A local Prefect server (:4200) and MLflow UI (:5000) in the background; PIDs and logs in .ui/.
 ui: setup

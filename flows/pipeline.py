@@ -19,9 +19,13 @@ Ctrl-C) stops the stage it runs, cancels the runs it dispatched and ends its MLf
 the stage runs under it, as KILLED.
 
 With `profile`, the values of `profiles/<profile>.yaml` are first set in params.yaml (comments
-kept, the whole file validated before it is replaced): `cpu` is the 30-minute default of a
-2-core machine, `long` a run of about an hour there (65 minutes measured with AMX). `dvc
-params diff` shows what changed.
+kept, the whole file validated before it is replaced), as `dvc exp run --set-param` would, and
+a finished run is saved as the DVC experiment `<profile>-<date>-<time>` (params, dvc.lock and
+the stages' outputs): `make exps` (`dvc exp show --only-changed`) compares it with other runs,
+`dvc exp apply <name>` brings it back, and `git checkout params.yaml dvc.lock` (or `--profile
+cpu`) returns to the committed default. `cpu` is the 30-minute default of a 2-core machine,
+`long` a run of about an hour there (65 minutes measured with AMX), `wide` training on wide
+schemas (hours).
 
 MLflow: one parent run per pipeline run, the stages' runs its children (flows/tracking.py);
 after the evaluate stage the evaluated model is registered as `registered_model`.
@@ -40,6 +44,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from datetime import datetime
 
 # Without PREFECT_API_URL a temporary API server starts, migrating a new database on its first
 # start: slower than Prefect's 20-second wait on a busy 2-core machine. Read at import.
@@ -59,7 +64,7 @@ from flows.dispatch import (  # noqa: E402
 )
 from flows.params_file import apply_profile  # noqa: E402
 from flows.registry import MAIN_STAGES, STAGES  # noqa: E402
-from flows.tasks import project_lock, repro  # noqa: E402
+from flows.tasks import experiment_name, project_lock, repro, save_experiment  # noqa: E402
 from flows.tracking import (  # noqa: E402
     close_pipeline_run,
     end_killed_pipeline_run,
@@ -150,6 +155,13 @@ def pipeline(
             log_stage_time(parent, stage, time.monotonic() - started)
         if "evaluate" in stages:
             register_model(parent, registered_model, log_model_weights)
+        if profile:
+            with project_lock():
+                save_experiment(
+                    experiment_name(profile, datetime.now()),
+                    [stage for stage in STAGES if stage in stages],
+                    f"the pipeline with profile {profile}",
+                )
         status = "FINISHED"
     except BaseException as exc:
         if not isinstance(exc, Exception):  # cancelled, terminated, interrupted

@@ -1,4 +1,4 @@
-"""The tasks every flow shares: `dvc repro <stage>` and the project folder's lock.
+"""The tasks every flow shares: `dvc repro <stage>`, `dvc exp save` and the project folder's lock.
 
 `flows/pipeline.py` runs the stages in order with them, `flows/stages.py` one stage each.
 """
@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections import deque
+from datetime import datetime
 from pathlib import Path
 
 from prefect import get_run_logger, task
@@ -184,3 +185,34 @@ def repro(stage: str, force: bool = False, parent_run_id: str | None = None) -> 
         message = f"dvc repro {stage} exited with {code}; last lines of stderr:\n" + "\n".join(tail)
         busy = any(DVC_LOCK_BUSY in line for line in tail)
         raise (DvcBusy if busy else StageFailed)(message)
+
+
+def experiment_name(profile: str, now: datetime) -> str:
+    """The DVC experiment name of a run with `profile` (a profiles/ name or a file).
+
+    >>> experiment_name("profiles/wide.yaml", datetime(2026, 12, 6, 18, 30, 5))
+    'wide-20261206-183005'
+    """
+    return f"{Path(profile).stem}-{now:%Y%m%d-%H%M%S}"
+
+
+@task(task_run_name="dvc exp save {name}")
+def save_experiment(name: str, stages: list[str], message: str) -> str | None:
+    """Save the workspace as DVC experiment `name`: params.yaml, dvc.lock and the outputs of
+    `stages` (DVC caches them), so `dvc exp show` lines the run up against others and `dvc exp
+    apply <name>` brings it back. A run that cannot be saved (no git commit to hang it on) is
+    said in the log and still succeeds: its outputs and dvc.lock are in the workspace."""
+    logger = get_run_logger()
+    command = [sys.executable, "-m", "dvc", "exp", "save", "--force", "-n", name, "-m", message]
+    done = subprocess.run([*command, *stages], capture_output=True, text=True)
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        logger.warning("the run is not saved as a DVC experiment: %s", why)
+        return None
+    logger.info(
+        "saved as DVC experiment %s: `make exps` compares the experiments, `dvc exp apply %s` "
+        "brings this one back, `git checkout params.yaml dvc.lock` the committed default",
+        name,
+        name,
+    )
+    return name

@@ -10,6 +10,7 @@ real thing. Each test has its own sqlite MLflow store.
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -294,20 +295,26 @@ def test_the_pipeline_run_carries_each_stages_headline_numbers(
 
 
 def test_a_profile_is_set_in_params_yaml_before_the_stages_run(
-    project, prefect_harness, repro_calls
+    project, prefect_harness, repro_calls, monkeypatch
 ):
+    saved = []
+    monkeypatch.setattr(flows.pipeline, "save_experiment", lambda *a: saved.append(a))
     profile = project / "quick.yaml"
     profile.write_text("sft:\n  time_budget_minutes: 1.5\nevaluate:\n  limit: 3\n")
-    state = flows.pipeline.pipeline(["sft"], profile=str(profile), return_state=True)
+    state = flows.pipeline.pipeline(["sft", "data"], profile=str(profile), return_state=True)
     assert state.is_completed()
     assert load_section("params.yaml", "sft").time_budget_minutes == 1.5
     assert load_section("params.yaml", "evaluate").limit == 3
-    assert [stage for stage, _, _ in repro_calls] == ["sft"]
+    assert [stage for stage, _, _ in repro_calls] == ["data", "sft"]
+    # the finished run is saved as an experiment named after the profile, its stages in order
+    ((name, stages, message),) = saved
+    assert re.fullmatch(r"quick-\d{8}-\d{6}", name) and stages == ["data", "sft"]
+    assert message == f"the pipeline with profile {profile}"
     profile.write_text("sft:\n  time_budget_minutes: -1\n")
     assert not flows.pipeline.pipeline(
         ["sft"], profile=str(profile), return_state=True
     ).is_completed()
-    assert [stage for stage, _, _ in repro_calls] == ["sft"]  # refused before any stage ran
+    assert len(repro_calls) == 2 and len(saved) == 1  # refused before any stage ran
 
 
 def test_stage_runs_are_children_of_the_pipeline_run_with_dvc_hashes(
@@ -858,3 +865,51 @@ def test_stopping_a_stage_waits_for_the_process_under_dvc(tmp_path):
     assert proc.returncode is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def _dvc_project(root: Path) -> None:
+    """A git repository with one committed DVC stage that writes its param to a metric."""
+
+    def run(*command):
+        subprocess.run(command, cwd=root, check=True, capture_output=True)
+
+    run("git", "init", "-q")
+    run("git", "config", "user.email", "t@example.com")
+    run("git", "config", "user.name", "t")
+    run(sys.executable, "-m", "dvc", "init", "-q")
+    (root / "params.yaml").write_text("train:\n  steps: 1\n  rate: 0.5\n")
+    write = "import yaml, json; p = yaml.safe_load(open('params.yaml'))['train']; "
+    write += "json.dump({'loss': 1 / (1 + p['steps'])}, open('headline.json', 'w'))"
+    stage = {"cmd": f'{sys.executable} -c "{write}"', "params": ["train"]}
+    stage["metrics"] = [{"headline.json": {"cache": False}}]
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": stage}}))
+    run(sys.executable, "-m", "dvc", "repro", "-q")
+    run("git", "add", "-A")
+    run("git", "commit", "-qm", "baseline")
+
+
+def test_a_profile_run_is_saved_as_a_dvc_experiment_that_exp_show_compares(
+    tmp_path, monkeypatch, prefect_harness
+):
+    _dvc_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text("train:\n  steps: 3\n  rate: 0.5\n")  # the profile
+    subprocess.run([sys.executable, "-m", "dvc", "repro", "-q"], check=True)
+    name = flows.tasks.save_experiment("fast-20261206-120000", ["train"], "the pipeline, fast")
+    assert name == "fast-20261206-120000"
+    show = subprocess.run(
+        [sys.executable, "-m", "dvc", "exp", "show", "--only-changed", "--csv"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    header, *rows = [line.split(",") for line in show.strip().splitlines()]
+    # only what differs: the param the profile changed and the metric it moved, not `rate`
+    assert "train.steps" in header and "loss" in header and "train.rate" not in header
+    saved = next(row for row in rows if row[header.index("Experiment")] == name)
+    assert saved[header.index("train.steps")] == "3" and float(saved[header.index("loss")]) == 0.25
+    # outside a git repository it says why and the run still counts
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert flows.tasks.save_experiment("x-1", ["train"], "m") is None
