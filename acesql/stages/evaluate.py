@@ -26,14 +26,7 @@ from acesql.stages.common import run_stage
 from acesql.stages.headlines import write_headline
 
 SECTIONS = ("base", "base_model", "prompt", "evaluate", "selection")
-REPORT_FILES = (
-    "metrics.json",
-    "headline.json",
-    "settings.json",
-    "rows.jsonl",
-    "predict_dev.json",
-    "report.html",
-)
+REPORT_FILES = ("metrics.json", "settings.json", "rows.jsonl", "predict_dev.json", "report.html")
 
 
 def work(s: dict, tracker, split: str | None = None) -> dict:
