@@ -172,9 +172,17 @@ def test_ask_selects_by_majority_and_greedy(school_db):
         ["SELECT COUNT(*) FROM student", "SELECT COUNT(StudentID) FROM student", "SELECT nope"],
     )
     question = "How many students are there?"
-    greedy = ask(engine, prompts, school_db, question, SelectionSection(candidates=4))
+    greedy = ask(
+        engine, prompts, school_db, question, SelectionSection(candidates=4, answer="pipeline")
+    )
     assert greedy.sql == "SELECT COUNT(*) FROM course" and greedy.columns == ["student.name"]
-    voted = ask(engine, prompts, school_db, question, SelectionSection(method="maj", candidates=4))
+    voted = ask(
+        engine,
+        prompts,
+        school_db,
+        question,
+        SelectionSection(method="maj", candidates=4, answer="pipeline"),
+    )
     assert voted.sql == "SELECT COUNT(*) FROM student" and voted.result.rows == [(60,)]
     assert [g["size"] for g in voted.groups] == [1, 2]  # the failed candidate is in no group
 
@@ -199,7 +207,7 @@ def test_ask_keeps_the_candidate_its_process_scorer_rewards_most(school_db):
         "SELECT COUNT(*) FROM course",
         ["SELECT COUNT(*) FROM student WHERE age > 100", "SELECT COUNT(*) FROM student"],
     )
-    selection = SelectionSection(method="prm", candidates=3)
+    selection = SelectionSection(method="prm", candidates=3, answer="pipeline")
     question = "How many students are there?"
     with BatchExecutor(workers=0) as executor:
         scorer = ProcessScorer(ByRows(), None, executor)
@@ -354,8 +362,11 @@ def test_ask_ships_the_answer_its_policy_names(school_db):
     prompts = PromptBuilder(WordTokenizer())
     engine = SchemaEngine("SELECT nope FROM student", [])
     question = "How many students are there?"
-    pipeline = ask(engine, prompts, school_db, question, SelectionSection())
+    pipeline = ask(engine, prompts, school_db, question, SelectionSection(answer="pipeline"))
     assert pipeline.sql == "SELECT nope FROM student" and pipeline.full_result is None
+    # the default is the rule chosen on dev: the full schema's answer where it runs
+    default = ask(engine, prompts, school_db, question, SelectionSection())
+    assert default.answer_from == "full_schema" and default.result.rows == [(60,)]
     fallback = SelectionSection(answer="pipeline_else_full")
     shipped = ask(engine, prompts, school_db, question, fallback)
     assert shipped.answer_from == "full_schema" and shipped.result.rows == [(60,)]
@@ -378,7 +389,7 @@ def test_ask_skips_ranking_when_the_candidates_agree_and_says_each_step(school_d
         PromptBuilder(ChatTokenizer()),
         school_db,
         "How many students?",
-        SelectionSection(method="r3", candidates=4),
+        SelectionSection(method="r3", candidates=4, answer="pipeline"),
         say=steps.append,
     )
     assert answer.sql == same and answer.result.rows == [(60,)]
@@ -410,7 +421,7 @@ def test_ask_says_when_it_is_unsure(school_db):
         prompts,
         school_db,
         "What is the name of the singer's pet?",
-        SelectionSection(method="maj", candidates=4),
+        SelectionSection(method="maj", candidates=4, answer="pipeline"),
     )
     assert answer.result.rows == [] and answer.agreement == (2, 3)
     assert answer.notes == [

@@ -67,7 +67,8 @@ def digest(path: Path) -> str:
 
 
 def test_predict_answers_each_row_and_bad_input_as_an_error(school_db, tmp_path):
-    settings = ServeSettings(selection=SelectionSection(method="maj", candidates=4))
+    pipeline = SelectionSection(method="maj", candidates=4, answer="pipeline")
+    settings = ServeSettings(selection=pipeline)
     model = ServedPipeline(ScriptedEngine(), PromptBuilder(ChatTokenizer()), settings)
     text = tmp_path / "notes.sqlite"
     text.write_text("not a database")
@@ -96,7 +97,11 @@ def test_predict_answers_each_row_and_bad_input_as_an_error(school_db, tmp_path)
     assert all(set(reply) == REPLY_KEYS for reply in (missing, foreign, empty, no_db))
     assert digest(school_db) == before
 
-    greedy = ServedPipeline(ScriptedEngine(), PromptBuilder(ChatTokenizer()), ServeSettings())
+    greedy = ServedPipeline(
+        ScriptedEngine(),
+        PromptBuilder(ChatTokenizer()),
+        ServeSettings(selection=SelectionSection(answer="pipeline")),
+    )
     (reply,) = greedy.predict(None, pd.DataFrame(records[:1]))
     assert reply["sql"] == "SELECT COUNT(*) FROM course" and reply["agreement"] == "1/1"
     small = settings.model_copy(update={"max_bytes": 40})

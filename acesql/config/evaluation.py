@@ -92,7 +92,7 @@ class SelectionSection(Section):
         "models/prm", description="prm: the trajectory score model (the prm stage's output)."
     )
     answer: AnswerPolicy = Field(
-        "pipeline",
+        "full_else_pipeline",  # chosen on dev: docs/results.md, "Which answer ships"
         description="Which answer is the product's: the pipeline's (retriever -> pruned schema "
         "-> generator, chosen among candidates by `method`), the generator's on the full "
         "schema in one call (full_schema), or a rule per question: the pipeline's unless it "
