@@ -24,25 +24,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import tempfile
-import time
 
-from generate_bench import chat_prompts, model_or_tiny
-
-
-def timed(engine, prompts, max_new_tokens: int, outer) -> tuple[dict, list]:
-    start = time.perf_counter()
-    with outer():
-        groups = engine.generate(prompts, n=1, temperature=0.0, max_new_tokens=max_new_tokens)
-    seconds = time.perf_counter() - start
-    tokens = [c.token_ids for group in groups for c in group]
-    count = sum(len(t) for t in tokens)
-    return {
-        "tokens": count,
-        "seconds": round(seconds, 3),
-        "tokens_per_s": round(count / seconds, 1),
-    }, tokens
+from generate_bench import chat_prompts
+from harness import model_or_tiny, report, timed_generation
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,35 +61,27 @@ def main(argv: list[str] | None = None) -> int:
                 train_top_layers(engine.model, 1)
             engine.bf16_autocast = autocast
             engine.generate(prompts[:2], n=1, temperature=0.0, max_new_tokens=4)  # warm-up
-            runs[name], tokens[name] = timed(engine, prompts, args.max_new_tokens, outer)
-    ratio = (
-        runs["autocast_no_grad"]["tokens_per_s"] / runs["autocast_inference_mode"]["tokens_per_s"]
-    )
+            runs[name], tokens[name] = timed_generation(
+                engine, prompts, outer, n=1, temperature=0.0, max_new_tokens=args.max_new_tokens
+            )
     same = (
         tokens["autocast_no_grad"]
         == tokens["autocast_inference_mode"]
         == tokens["autocast_no_grad_frozen"]
     )
-
-    print(
-        f"model {args.model or 'tiny'}, {len(prompts)} prompts, <= {args.max_new_tokens} new "
-        f"tokens, batch 8, {torch.get_num_threads()} threads"
-    )
-    print(f"{'run':>24} {'tokens':>7} {'seconds':>8} {'tokens/s':>9}")
-    for name, row in runs.items():
-        print(f"{name:>24} {row['tokens']:>7} {row['seconds']:>8.2f} {row['tokens_per_s']:>9.1f}")
-    print(f"autocast under no_grad / under inference_mode: {ratio:.2f}x; identical tokens: {same}")
-    print(
-        json.dumps(
-            {
-                "model": args.model or "tiny",
-                "max_new_tokens": args.max_new_tokens,
-                "threads": torch.get_num_threads(),
-                **runs,
-                "ratio": round(ratio, 2),
-                "identical": same,
-            }
-        )
+    report(
+        runs,
+        "tokens_per_s",
+        header=f"model {args.model or 'tiny'}, {len(prompts)} prompts, <= {args.max_new_tokens} "
+        f"new tokens, batch 8, {torch.get_num_threads()} threads; autocast runs wrote identical "
+        f"tokens: {same}",
+        extra={
+            "model": args.model or "tiny",
+            "max_new_tokens": args.max_new_tokens,
+            "threads": torch.get_num_threads(),
+            "identical": same,
+        },
+        baseline="autocast_inference_mode",
     )
     return 0 if same else 1
 

@@ -20,9 +20,9 @@ How to run
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
-import time
+
+from harness import model_or_tiny, report, timed_generation
 
 QUESTIONS = [
     "How many singers are older than 30?",
@@ -49,29 +49,6 @@ def chat_prompts(tokenizer) -> list[str]:
     ]
 
 
-def model_or_tiny(model_dir: str | None, scratch: str) -> str:
-    """`model_dir`, or a tiny random model built in `scratch` when it is None."""
-    if model_dir is not None:
-        return model_dir
-    from acesql.models.tiny import build_tiny_model
-
-    return build_tiny_model(scratch)
-
-
-def timed_run(engine, prompts: list[str], max_new_tokens: int, seed: int) -> dict:
-    start = time.perf_counter()
-    groups = engine.generate(
-        prompts, n=1, temperature=1.0, max_new_tokens=max_new_tokens, seed=seed
-    )
-    seconds = time.perf_counter() - start
-    tokens = sum(len(c.token_ids) for group in groups for c in group)
-    return {
-        "tokens": tokens,
-        "seconds": round(seconds, 3),
-        "tokens_per_s": round(tokens / seconds, 1),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="HFEngine tokens/s at batch 1 vs batch 8.")
     parser.add_argument("--model", default=None, help="HF model folder (default: tiny model)")
@@ -96,35 +73,27 @@ def main(argv: list[str] | None = None) -> int:
         prompts = chat_prompts(engine.tokenizer)
         engine.generate(prompts[:2], max_new_tokens=4, seed=args.seed)  # warm-up
 
-        results = {}
+        runs = {}
         for batch_size in (1, 8):
             engine.batch_size = batch_size
-            results[f"batch_{batch_size}"] = timed_run(
-                engine, prompts, args.max_new_tokens, args.seed
+            runs[f"batch_{batch_size}"], _ = timed_generation(
+                engine,
+                prompts,
+                n=1,
+                temperature=1.0,
+                max_new_tokens=args.max_new_tokens,
+                seed=args.seed,
             )
-    ratio = results["batch_8"]["tokens_per_s"] / results["batch_1"]["tokens_per_s"]
-
-    print(
-        f"model {args.model or 'tiny'}, {len(prompts)} prompts, <= {args.max_new_tokens} new "
-        f"tokens, {torch.get_num_threads()} threads"
-    )
-    print(f"{'batch':>6} {'tokens':>7} {'seconds':>8} {'tokens/s':>9}")
-    for name, row in results.items():
-        print(
-            f"{name.split('_')[1]:>6} {row['tokens']:>7} {row['seconds']:>8.2f} "
-            f"{row['tokens_per_s']:>9.1f}"
-        )
-    print(f"batch 8 / batch 1: {ratio:.2f}x")
-    print(
-        json.dumps(
-            {
-                "model": args.model or "tiny",
-                "max_new_tokens": args.max_new_tokens,
-                "threads": torch.get_num_threads(),
-                **results,
-                "ratio": round(ratio, 2),
-            }
-        )
+    report(
+        runs,
+        "tokens_per_s",
+        header=f"model {args.model or 'tiny'}, {len(prompts)} prompts, <= {args.max_new_tokens} "
+        f"new tokens, {torch.get_num_threads()} threads",
+        extra={
+            "model": args.model or "tiny",
+            "max_new_tokens": args.max_new_tokens,
+            "threads": torch.get_num_threads(),
+        },
     )
     return 0
 

@@ -24,9 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 
-from generate_bench import model_or_tiny
+from harness import model_or_tiny, timed
 
 
 def schema_text(tables: int) -> str:
@@ -105,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         ("whole prompts (baseline)", lambda: whole(model, tokenizer, prompts, 8)),
         ("shared prefix once", lambda: next_token_logprobs(model, tokenizer, prompts, 8)),
     ):
-        start = time.perf_counter()
-        outputs[name] = run()
-        times[name] = time.perf_counter() - start
+        outputs[name], times[name] = timed(run)
     base, shared = outputs.values()
     lengths = [len(tokenizer(p, add_special_tokens=False).input_ids) for p in prompts]
     common = min(

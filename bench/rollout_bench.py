@@ -29,10 +29,10 @@ How to run
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
-import time
 from pathlib import Path
+
+from harness import model_or_tiny, report, timed_generation
 
 SETTINGS = {
     "before": {"bf16_autocast": True, "share_prefix": True},
@@ -56,16 +56,6 @@ def retriever_prompts(tokenizer, n: int, scratch: Path, profile: str = "tiny") -
     return [prompts.retriever(schemas(e), e.question) for e in examples]
 
 
-def timed(engine, prompts, samples, max_new_tokens, seed) -> dict:
-    start = time.perf_counter()
-    groups = engine.generate(
-        prompts, n=samples, temperature=1.0, max_new_tokens=max_new_tokens, seed=seed
-    )
-    seconds = time.perf_counter() - start
-    tokens = sum(len(c.token_ids) for group in groups for c in group)
-    return {"tokens": tokens, "seconds": round(seconds, 2), "tokens_per_s": tokens / seconds}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="HFEngine rollout tokens/s, before vs after.")
     parser.add_argument("--model", default=None, help="HF model folder (default: tiny model)")
@@ -86,11 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     from acesql.models.precision import bf16_autocast_enabled
 
     with tempfile.TemporaryDirectory() as scratch:
-        model_dir = args.model
-        if model_dir is None:
-            from acesql.models.tiny import build_tiny_model
-
-            model_dir = build_tiny_model(Path(scratch) / "tiny")
+        model_dir = model_or_tiny(args.model, str(Path(scratch) / "tiny"))
         tokenizer, model = load_tokenizer(model_dir), load_model(model_dir)
         prompts = retriever_prompts(tokenizer, args.questions, Path(scratch), args.profile)
         prompt_tokens = sum(len(tokenizer(p).input_ids) for p in prompts) / len(prompts)
@@ -101,38 +87,26 @@ def main(argv: list[str] | None = None) -> int:
                 model=model, tokenizer=tokenizer, batch_size=8, progress=False, **options
             )
             engine.generate(prompts[:1], n=2, max_new_tokens=2, seed=args.seed)  # warm-up
-            results[name] = timed(engine, prompts, args.samples, args.max_new_tokens, args.seed)
-    first = args.settings[0]
-    base = results[first]["tokens_per_s"]
-    print(
-        f"model {args.model or 'tiny'}: {args.questions} prompts of {prompt_tokens:.0f} tokens "
-        f"x {args.samples} samples, <= {args.max_new_tokens} new tokens, "
-        f"{torch.get_num_threads()} threads, native bf16: {bf16_autocast_enabled('auto', 'cpu')}"
-    )
-    print(f"{'setting':>11} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'vs ' + first:>10}")
-    for name, row in results.items():
-        print(
-            f"{name:>11} {row['tokens']:>7} {row['seconds']:>8.2f} "
-            f"{row['tokens_per_s']:>9.2f} {row['tokens_per_s'] / base:>9.2f}x"
-        )
-    print(
-        json.dumps(
-            {
-                "model": args.model or "tiny",
-                "profile": args.profile,
-                "prompt_tokens": round(prompt_tokens, 1),
-                "samples": args.samples,
-                **{
-                    k: {**v, "tokens_per_s": round(v["tokens_per_s"], 2)}
-                    for k, v in results.items()
-                },
-                **{
-                    f"{k}_vs_{first}": round(v["tokens_per_s"] / base, 2)
-                    for k, v in results.items()
-                    if k != first
-                },
-            }
-        )
+            results[name], _ = timed_generation(
+                engine,
+                prompts,
+                n=args.samples,
+                temperature=1.0,
+                max_new_tokens=args.max_new_tokens,
+                seed=args.seed,
+            )
+    report(
+        results,
+        "tokens_per_s",
+        header=f"model {args.model or 'tiny'}: {args.questions} prompts of {prompt_tokens:.0f} "
+        f"tokens x {args.samples} samples, <= {args.max_new_tokens} new tokens, "
+        f"{torch.get_num_threads()} threads, native bf16: {bf16_autocast_enabled('auto', 'cpu')}",
+        extra={
+            "model": args.model or "tiny",
+            "profile": args.profile,
+            "prompt_tokens": round(prompt_tokens, 1),
+            "samples": args.samples,
+        },
     )
     return 0
 
