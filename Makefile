@@ -82,7 +82,7 @@ test-slow: setup
 
 # The CUDA paths (engine, SFT, GRPO in bf16) on a tiny random model: on a machine with a GPU.
 test-gpu: setup
-	$(PY) -m pytest -m gpu -q tests/test_gpu.py
+	$(PY) -m pytest -m gpu -q tests/models/test_gpu.py
 
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

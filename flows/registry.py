@@ -5,7 +5,7 @@ asked for others by name), `flows.dispatch` sends the `gpu` ones to the gpu pool
 deployments, and `flows.stages` describes each stage's flow with its line here. Adding a stage:
 its module `acesql/stages/<name>.py`, its params section (a class in acesql/config/, a field of
 `Params`, a block in params.yaml), its `dvc.yaml` entry, a line here, its flow in
-flows/stages.py and its deployment in prefect.yaml. `tests/test_stage_registry.py` checks that
+flows/stages.py and its deployment in prefect.yaml. `tests/flows/test_stage_registry.py` checks that
 they agree.
 """
 

@@ -1,5 +1,5 @@
 """One training step in this process, alone or as one rank of a `torchrun` job; process 0
-writes the resulting weights and the step's record to OUT. Used by tests/test_distributed.py:
+writes the resulting weights and the step's record to OUT. Used by tests/rl/test_distributed.py:
 
     python tests/dist_worker.py grpo MODEL SYNTH OUT [--sharding fsdp] [--granularity global]
     torchrun --nproc_per_node 2 tests/dist_worker.py grpo MODEL SYNTH OUT

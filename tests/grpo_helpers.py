@@ -11,7 +11,7 @@ from acesql.rl.pool import EmpiricalPool
 from acesql.rl.rollout import question_key
 from acesql.rl.trainer import GrpoTrainer
 from acesql.rl.update import ScoredSequence
-from tests.helpers import RoleEngine, columns_answer, sql_answer
+from tests.fakes import RoleEngine, columns_answer, sql_answer
 
 
 def scripted_engine(examples, tokenizer, right_every=2) -> RoleEngine:

@@ -1,0 +1,70 @@
+"""The run profiles of profiles/: same keys, valid, and applied to params.yaml with care."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from acesql.config import load_params
+from acesql.errors import ConfigError
+from flows.params_file import apply_profile, keys
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
+
+
+def _keys(path: Path) -> set[str]:
+    return set(keys(yaml.safe_load(path.read_text())))
+
+
+def test_every_profile_sets_the_same_values():
+    assert [p.stem for p in PROFILES] == ["cpu", "long", "wide"]
+    assert all(_keys(p) == _keys(PROFILES[0]) for p in PROFILES)
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.stem)
+def test_a_profile_applied_to_the_repository_params_is_valid(tmp_path, profile):
+    params = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", params)
+    names = apply_profile(str(profile), params)
+    assert set(names) == _keys(profile)
+    loaded = load_params(params).model_dump(mode="json")
+    for name, value in _leaves(yaml.safe_load(profile.read_text())):
+        got = loaded
+        for part in name.split("."):
+            got = got[part]
+        assert got == value, name
+    assert "# Parameters of the pipeline stages" in params.read_text()  # comments kept
+
+
+def test_the_cpu_profile_is_what_params_yaml_ships_with(tmp_path):
+    params = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", params)
+    apply_profile(str(ROOT / "profiles" / "cpu.yaml"), params)
+    assert load_params(params) == load_params(ROOT / "params.yaml")
+
+
+def test_a_bad_profile_leaves_params_alone(tmp_path):
+    params = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", params)
+    before = params.read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sft:\n  time_budget_minutes: -3\n")
+    with pytest.raises(ConfigError, match="time_budget_minutes"):
+        apply_profile(str(bad), params)
+    with pytest.raises(ConfigError, match="no profile 'nope'"):
+        apply_profile("nope", params)
+    bad.write_text("- just a list\n")
+    with pytest.raises(ConfigError, match="maps params.yaml sections"):
+        apply_profile(str(bad), params)
+    assert params.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "params.yaml"]
+
+
+def _leaves(tree: dict, prefix: str = ""):
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
