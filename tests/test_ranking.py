@@ -164,7 +164,7 @@ class ChatTokenizer:
 def test_ask_selects_by_majority_and_greedy(school_db):
     from acesql.config import SelectionSection
     from acesql.models.prompts import PromptBuilder
-    from acesql.ranking.ask import ask
+    from acesql.selection.ask import ask
 
     prompts = PromptBuilder(ChatTokenizer())
     engine = AskEngine(
@@ -192,7 +192,7 @@ def test_ask_keeps_the_candidate_its_process_scorer_rewards_most(school_db):
     from acesql.errors import ConfigError
     from acesql.models.prompts import PromptBuilder
     from acesql.prm.select import ProcessScorer
-    from acesql.ranking.ask import ask
+    from acesql.selection.ask import ask
     from acesql.sql.batch_executor import BatchExecutor
 
     class ByRows:
@@ -342,7 +342,7 @@ class WordTokenizer(ChatTokenizer):
 def test_ask_ships_the_answer_its_policy_names(school_db):
     from acesql.config import SelectionSection
     from acesql.models.prompts import PromptBuilder
-    from acesql.ranking.ask import ask
+    from acesql.selection.ask import ask
 
     class SchemaEngine(AskEngine):
         """Greedy: a query that fails on the pruned schema's guess, right on the whole one."""
@@ -378,7 +378,7 @@ def test_ask_ships_the_answer_its_policy_names(school_db):
 def test_ask_skips_ranking_when_the_candidates_agree_and_says_each_step(school_db):
     from acesql.config import SelectionSection
     from acesql.models.prompts import PromptBuilder
-    from acesql.ranking.ask import ask
+    from acesql.selection.ask import ask
 
     # AskEngine has no torch model: ranking would fail; one result leaves nothing to rank
     same = "SELECT COUNT(*) FROM student"
@@ -401,7 +401,7 @@ def test_ask_skips_ranking_when_the_candidates_agree_and_says_each_step(school_d
 def test_ask_says_when_it_is_unsure(school_db):
     from acesql.config import SelectionSection
     from acesql.models.prompts import PromptBuilder
-    from acesql.ranking.ask import ask
+    from acesql.selection.ask import ask
 
     class Nowhere(AskEngine):  # the retriever names a column the database does not have
         def generate(self, prompts, n=1, temperature=1.0, **options):
