@@ -15,7 +15,7 @@ input row is `{question, database}`; `database` is a path to a SQLite file that 
 process can read (absolute, or relative to the server's working directory): the server reads
 it where it runs, nothing is uploaded. Each answer row is `{sql, columns, rows, row_count,
 truncated, agreement, answer_from, notes, error}`: the SQL the pipeline chose
-(`acesql.ranking.ask.ask`), its first `max_rows` rows within `max_bytes` of JSON, `ask`'s
+(`acesql.selection.ask.ask`), its first `max_rows` rows within `max_bytes` of JSON, `ask`'s
 agreement (`"5/7"`: 5 of the 7 candidates that ran returned the chosen result; greedy
 `"1/1"`) and notes (an empty result, candidates that disagree, a retriever that named
 nothing of this schema), and the error, if any, as data: a missing or non-SQLite file, an
@@ -93,16 +93,18 @@ class ServeSettings(Section):
 
     @model_validator(mode="after")
     def _servable(self):
-        if self.selection.method == "prm":
+        from acesql.selection.selector import Selector
+
+        selector = Selector(self.selection, mode=self.match_mode)
+        if selector.needs_score_model:
             raise ValueError(
-                "selection.method prm needs its score model beside the policy, which is not "
-                "served: log with greedy, maj or r3"
+                f"selection.method {selector.method} needs its score model beside the policy, "
+                "which is not served: log with greedy, maj or r3"
             )
-        if self.selection.method == "r3" and self.generation.engine != "transformers":
-            raise ValueError(
-                "selection.method r3 reads the ranker's judgments from the model's next-token "
-                "probabilities: set evaluate.generation.engine to transformers"
-            )
+        try:
+            selector.check_engine(self.generation.engine)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from exc
         return self
 
 
@@ -164,7 +166,7 @@ class ServedPipeline(mlflow.pyfunc.PythonModel):
 
 def answer_row(engine, prompts, settings: ServeSettings, question, database) -> dict:
     """The reply to one `{question, database}`; what is wrong with them is its `error`."""
-    from acesql.ranking.ask import ask
+    from acesql.selection.ask import ask
 
     reply = {
         "sql": None,

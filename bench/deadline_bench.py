@@ -84,7 +84,7 @@ def ask_path(db: str, sql: str, timeout: float) -> float:
     from acesql.config import SelectionSection
     from acesql.models.engine import Completion
     from acesql.models.prompts import PromptBuilder
-    from acesql.ranking.ask import ask
+    from acesql.selection.ask import ask
 
     class Engine:
         def __init__(self, answer):

@@ -54,7 +54,7 @@ def ask_command(
     --selection-params params.yaml)."""
     from acesql.models.engine import load_engine
     from acesql.models.prompts import PromptBuilder
-    from acesql.ranking.ask import ask, open_schema
+    from acesql.selection.ask import ask, open_schema
 
     open_schema(db)  # a missing or foreign file fails before the model loads
     engine = load_engine("transformers", model, progress=False)
@@ -155,15 +155,15 @@ def _steps():
 def _process_scorer(selection, engine):
     """The prm selection's scorer (its own model, its SQL in a worker process), or None for
     the others."""
-    if selection.method != "prm":
+    from acesql.selection.selector import Selector
+
+    if not Selector(selection).needs_score_model:
         return None
-    from acesql.prm.model import TrajectoryScorer
-    from acesql.prm.select import ProcessScorer
+    from acesql.selection.selector import load_process_scorer
     from acesql.sql.batch_executor import BatchExecutor
 
     if not os.path.isdir(selection.prm_model):
         raise click.UsageError(
             f"--prm-model: no such folder {selection.prm_model} (run the prm stage)"
         )
-    scorer = TrajectoryScorer.load(selection.prm_model)
-    return ProcessScorer(scorer, engine.tokenizer, BatchExecutor(workers=1))
+    return load_process_scorer(selection, engine.tokenizer, BatchExecutor(workers=1))

@@ -5,9 +5,10 @@
   is no list, or with `unclosed_list="salvage"` the columns before its first repeat) ->
   pruned schema -> generator (greedy) -> execution match against the gold;
 - maj@k (k > 0): k generator samples on the same pruned schema vote with their execution
-  results (`acesql.selection.majority`), with candidate recall (any of the k correct); with
+  results (`acesql.sql.majority`), with candidate recall (any of the k correct); with
   `selection.method` r3 the same k are also chosen among by pointwise best-of-k and R3-SQL's
-  groupwise ranking, optionally with resampling (`acesql.eval.selection`);
+  groupwise ranking, optionally with resampling, with prm by PRM best-of-k: the selector's
+  choice (`acesql.selection.selector`), scored as `acesql.selection.fields` scores it;
 - generator ability: the generator alone, on the schema pruned to the gold SQL's columns;
 - full-schema EX: the generator alone, greedy, on every column (the paper's Figure 1 (a));
   with whether its result agrees with the pipeline's and its prompt's length in tokens;
@@ -30,15 +31,16 @@ from acesql.data.schemas import SchemaCache, gold_columns
 from acesql.errors import ConfigError, SqlParseError
 from acesql.eval.metrics import failure_category, summarize
 from acesql.eval.rescore import rescore_examples
-from acesql.eval.selection import prm_fields, ranked_fields, vote_fields
 from acesql.models.prompts import PromptBuilder
-from acesql.ranking.judge import Context, LetterJudge
+from acesql.ranking.judge import Context
 from acesql.ranking.resample import SOURCES, sample_pipeline_prompts
 from acesql.selection.answer import answer_fields
-from acesql.selection.majority import group_results
+from acesql.selection.fields import vote_fields
+from acesql.selection.selector import Asked, Selector
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.column_vote import vote_columns
 from acesql.sql.columns import extract_columns
+from acesql.sql.majority import group_results
 from acesql.sql.parsing import parse_columns, parse_sql
 
 
@@ -65,6 +67,7 @@ def evaluate_examples(
     executor: BatchExecutor,
     options: EvalOptions | None = None,
     *,
+    selector: Selector | None = None,
     judge=None,
     process_scorer=None,
     schemas: SchemaCache | None = None,
@@ -73,16 +76,20 @@ def evaluate_examples(
 ) -> tuple[dict, list[dict]]:
     """Evaluate `examples` (usable ones) end to end; return (summary, rows).
 
-    `options.selection` (the `selection` params section; with maj_k > 0) adds its method's
-    choices: `r3`'s, judged by `judge` (default: a `LetterJudge` on the engine's torch model,
-    so the transformers engine), `prm`'s, scored by `process_scorer`
-    (`acesql.prm.select.ProcessScorer`); its `answer` policy says which answer is the
-    product's (`acesql.selection.answer`). With `stored` (an earlier r3 evaluation's rows by
-    question index), nothing is generated: the stored candidates are scored again
-    (`acesql.eval.rescore`), judged by `judge`. `phase(name)` is told which part runs
-    (retrieving, generating, sampling, judging, rescoring), for a progress display."""
+    `selector` (`acesql.selection.selector`; built once by a caller that evaluates in parts,
+    so its judge's cache spans them; default: one for `options.selection`, judged by `judge`
+    or a `LetterJudge` on the engine's torch model, scored by `process_scorer`) adds, with
+    maj_k > 0, its method's choice among the candidates (`r3`'s, `prm`'s); the section's
+    `answer` policy says which answer is the product's (`acesql.selection.answer`). With
+    `stored` (an earlier r3 evaluation's rows by question index), nothing is generated: the
+    stored candidates are scored again (`acesql.eval.rescore`). `phase(name)` is told which
+    part runs (retrieving, generating, sampling, judging, rescoring), for a progress display."""
     o = options or EvalOptions()
-    selection, mode, maj_k = o.selection, o.mode, o.maj_k
+    mode, maj_k = o.mode, o.maj_k
+    if selector is None:
+        selector = Selector(
+            o.selection, mode=mode, engine=engine, judge=judge, process_scorer=process_scorer
+        )
     schemas = schemas or SchemaCache(prompts.sample_values)
     unusable = [_unusable_row(e) for e in examples if e.unusable is not None]
     examples = [e for e in examples if e.unusable is None]
@@ -90,9 +97,7 @@ def evaluate_examples(
         return summarize(unusable), unusable
     if stored is not None:
         phase("rescoring")
-        rows = _rescored(
-            examples, stored, engine, prompts, executor, schemas, o, judge, process_scorer
-        )
+        rows = _rescored(examples, stored, prompts, executor, schemas, o.maj_k, selector)
         return summarize(rows + unusable), rows + unusable
     greedy = dict(temperature=0.0, max_new_tokens=o.max_new_tokens, seed=o.seed)
     sampling = dict(temperature=1.0, max_new_tokens=o.max_new_tokens, seed=o.seed)
@@ -120,20 +125,9 @@ def evaluate_examples(
         )
         phase("judging")
         tools = (engine, prompts, executor, schemas)
-        select(
-            examples,
-            rows,
-            pools,
-            samples,
-            pipeline_prompts,
-            tools,
-            o,
-            sampling,
-            judge,
-            process_scorer,
-        )
+        select(examples, rows, pools, samples, pipeline_prompts, tools, o, sampling, selector)
     for row in rows:
-        _finish(row, selection)
+        _finish(row, selector)
     return summarize(rows + unusable), rows + unusable
 
 
@@ -253,105 +247,49 @@ def select(
     tools,
     options: EvalOptions,
     sampling: dict,
-    judge,
-    process_scorer,
+    selector: Selector,
 ) -> None:
-    """`options.selection.method`'s choice among each question's candidates (`pools`: their
-    SQL and verdicts; `samples`: the completions), added to its row; maj@n is already there.
-    `tools`: (engine, prompts, executor, schemas)."""
+    """`selector`'s choice among each question's candidates (`pools`: their SQL and
+    verdicts; `samples`: the completions), its fields added to the row, with resampling when
+    it resamples (`Redraw`); maj@n is already there. `tools`: (engine, prompts, executor,
+    schemas)."""
+    if not selector.judged:
+        return  # maj@n's fields are the whole choice
     engine, prompts, executor, schemas = tools
-    selection, mode = options.selection, options.mode
-    if selection.method == "prm":
-        _prm_select(examples, rows, pools, samples, prompts, schemas, process_scorer, mode)
-    if selection.method == "r3":
-        judge = judge or LetterJudge(engine.model, engine.tokenizer)
-        redraw = None
-        if selection.resample:
-            redraw = Redraw(
-                engine, prompts, schemas, executor, mode, sampling, options.unclosed_list
-            )
-        _r3_select(
-            examples,
-            rows,
-            pools,
-            pipeline_prompts,
-            prompts,
-            schemas,
-            judge,
-            selection,
-            redraw,
-            mode,
+    redraw = None
+    if selector.resamples:
+        redraw = Redraw(
+            engine, prompts, schemas, executor, options.mode, sampling, options.unclosed_list
         )
-
-
-def _prm_select(examples, rows, pools, samples, prompts, schemas, process_scorer, mode) -> None:
-    """PRM best-of-k among each question's candidates (`acesql.prm.select`)."""
-    if process_scorer is None:
-        raise ConfigError("selection prm needs the process scorer (the prm model)")
-    for ex, row, (sqls, verdicts), outputs in zip(examples, rows, pools, samples):
-        schema = schemas(ex)
-        schema_text = prompts.schema_text(schema, row["retrieved_columns"])
-        rewards = process_scorer.rewards(
-            ex.question, schema_text, ex.evidence, ex.db_path, outputs, schema=schema
-        )
-        row.update(prm_fields(sqls, verdicts, rewards, mode))
-
-
-def _r3_select(
-    examples, rows, pools, pipeline_prompts, prompts, schemas, judge, selection, redraw, mode
-) -> None:
-    """R3-SQL's groupwise ranking among each question's candidates, with resampling when
-    `redraw` is given (`acesql.eval.selection.ranked_fields`)."""
-    for ex, row, (sqls, verdicts), prompt in zip(examples, rows, pools, pipeline_prompts):
-        context = _judged_in(prompts, schemas, ex, row)
+    source = selector.section.resample_from
+    for ex, row, (sqls, verdicts), outputs, prompt in zip(
+        examples, rows, pools, samples, pipeline_prompts
+    ):
+        asked = Asked(_judged_in(prompts, schemas, ex, row), ex.db_path, schemas(ex))
         resample = None
         if redraw is not None:
-            resample = redraw.for_question(
-                ex, prompt, row["retrieved_columns"], selection.resample_from
-            )
-        row.update(ranked_fields(context, sqls, verdicts, judge, mode, selection, resample))
+            resample = redraw.for_question(ex, prompt, row["retrieved_columns"], source)
+        row.update(selector.fields(asked, sqls, verdicts, outputs, resample))
 
 
 def _rescored(
-    examples,
-    stored,
-    engine,
-    prompts,
-    executor,
-    schemas,
-    options: EvalOptions,
-    judge,
-    process_scorer,
+    examples, stored, prompts, executor, schemas, maj_k: int, selector: Selector
 ) -> list[dict]:
     """Rows scored again on an earlier run's stored candidates (`acesql.eval.rescore`)."""
-
-    selection = options.selection
     contexts = [_judged_in(prompts, schemas, ex, stored[ex.index]) for ex in examples]
-    if selection.method == "r3":
-        judge = judge or LetterJudge(engine.model, engine.tokenizer)
     _, rows = rescore_examples(
-        examples,
-        stored,
-        executor,
-        judge,
-        contexts=contexts,
-        mode=options.mode,
-        maj_k=options.maj_k,
-        selection=selection,
-        process_scorer=process_scorer,
-        schemas=schemas,
+        examples, stored, executor, selector, contexts=contexts, maj_k=maj_k, schemas=schemas
     )
     for row in rows:
-        _finish(row, selection)
+        _finish(row, selector)
     return rows
 
 
-def _finish(row: dict, selection: SelectionSection) -> None:
+def _finish(row: dict, selector: Selector) -> None:
     """The product's answer under the answer policy, and the row's failure category."""
-    method = "r3rs" if selection.method == "r3" and selection.resample else selection.method
-    if row.get("maj_match") is None:
-        method = "greedy"
-    row.update(answer_fields(row, selection.answer, selection.full_schema_tokens, method))
+    method = selector.answer_method if row.get("maj_match") is not None else "greedy"
+    section = selector.section
+    row.update(answer_fields(row, section.answer, section.full_schema_tokens, method))
     row["category"] = failure_category(row)
 
 

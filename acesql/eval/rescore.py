@@ -2,15 +2,17 @@
 more candidates, with nothing generated.
 
     stored = stored_candidates("results/r3-dev")   # {question index: row} (acesql.eval.session)
-    summary, rows = rescore_examples(examples, stored, executor, judge, maj_k=16,
-                                     selection=SelectionSection(method="r3"), contexts=contexts)
-    # or SelectionSection(method="prm"), process_scorer=scorer, schemas=SchemaCache(0)
+    selector = Selector(SelectionSection(method="r3"), engine=engine)  # or judge=judge
+    summary, rows = rescore_examples(examples, stored, executor, selector, maj_k=16,
+                                     contexts=contexts, schemas=SchemaCache(0))
+    # or Selector(SelectionSection(method="prm"), process_scorer=scorer)
 
 `acesql eval --selection r3` keeps each question's candidates in its rows (`r3_pool`, and
 with resampling the drawn ones, `r3rs_drawn`). Rescoring reads them back: the greedy
 pipeline's fields are the stored row's, the candidates run again against the gold, and
 maj@k, candidate recall, pointwise best-of-k, groupwise ranking and (when asked) ranking after
-resampling, or PRM best-of-k, are scored as `acesql.eval.selection` scores them. Every
+resampling, or PRM best-of-k, are chosen by the selector and scored as
+`acesql.selection.fields` scores them. Every
 comparison with the stored run is then paired on the same samples, and a second judge (a
 ranker trained apart, a process score model) costs its judgments only.
 
@@ -36,13 +38,12 @@ from __future__ import annotations
 
 import sys
 
-from acesql.config import SelectionSection
 from acesql.data.loaders import Example
-from acesql.errors import ConfigError, DataError
+from acesql.errors import DataError
 from acesql.eval.metrics import failure_category, summarize
-from acesql.eval.selection import is_selection_field, prm_fields, ranked_fields, vote_fields
-from acesql.models.engine import Completion
 from acesql.ranking.judge import Context
+from acesql.selection.fields import is_selection_field, vote_fields
+from acesql.selection.selector import Asked, Selector
 
 # written again for every rescored row, beside the selections' own fields
 RESCORED_FIELDS = {"category", "rescore_changed", "answer_from", "answer_sql", "answer_match"}
@@ -75,36 +76,29 @@ def rescore_examples(
     examples: list[Example],
     stored: dict[int, dict],
     executor,
-    judge=None,
+    selector: Selector,
     *,
     contexts: list[Context],
-    mode: str = "multiset",
     maj_k: int = 8,
-    selection: SelectionSection | None = None,
-    process_scorer=None,
     schemas=None,
 ) -> tuple[dict, list[dict]]:
     """Score `examples` on their stored candidates (see the module doc); (summary, rows).
     `contexts[i]` is what the judge reads for `examples[i]`: its question and pruned schema;
-    `judge` ranks (r3), `process_scorer` with `schemas` (`SchemaCache`) scores (prm)."""
-    selection = selection or SelectionSection(method="maj")
-    if selection.method == "prm" and getattr(process_scorer, "view", None) != "direct":
-        raise ConfigError(
-            "PRM best-of-n on stored candidates needs a score model of the direct view "
-            "(prm_data.sql_format: direct): the rows keep SQL, not chains with their tokens"
-        )
-    resample = selection.resample and selection.method == "r3"
+    `selector` chooses (its match mode scores), `schemas` (`SchemaCache`) gives prm's
+    process scorer each database's schema."""
+    selector.check_stored()
     pools, rows = [], []
     for ex in examples:
         row = stored[ex.index]
         pool = _pool(row, maj_k, ex.index)
-        if resample and maj_k != len(row["r3_pool"]):
+        if selector.resamples and maj_k != len(row["r3_pool"]):
             raise DataError(
                 f"resampling replays the stored draw, so it ranks first pools of the stored "
                 f"size ({len(row['r3_pool'])}), not {maj_k}: drop --resample or the candidates"
             )
         pools.append(pool)
         rows.append({k: v for k, v in row.items() if not _is_selection(k)})
+    mode = selector.mode
     checks = [(ex.db_path, sql, ex.sql) for ex, pool in zip(examples, pools) for sql in pool]
     verdicts = executor.match_many(checks, mode, keep_rows=True)
     start = 0
@@ -117,20 +111,12 @@ def rescore_examples(
         row.update(vote_fields(pool, mine, mode))
         if len(pool) == len(kept["r3_pool"]) and "maj_tokens" in kept:
             row["maj_tokens"] = kept["maj_tokens"]  # the same samples' length
-        if selection.method == "prm":
-            rewards = process_scorer.rewards(
-                ex.question,
-                context.schema,
-                ex.evidence,
-                ex.db_path,
-                [Completion(sql, [], [], "stop") for sql in pool],
-                schema=schemas(ex),
-            )
-            row.update(prm_fields(pool, mine, rewards, mode))
-        if selection.method == "r3":
-            replay = _replay(ex, drawn, kept.get("r3rs_drawn_schema"), executor, mode)
-            resampler = replay if resample else None
-            row.update(ranked_fields(context, pool, mine, judge, mode, selection, resampler))
+        if selector.judged:
+            asked = Asked(context, ex.db_path, schemas(ex) if schemas is not None else None)
+            replay = None
+            if selector.resamples:
+                replay = _replay(ex, drawn, kept.get("r3rs_drawn_schema"), executor, mode)
+            row.update(selector.fields(asked, pool, mine, resample=replay))
         row["category"] = failure_category(row)
     return summarize(rows), rows
 

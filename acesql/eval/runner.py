@@ -76,9 +76,9 @@ def evaluate_to_folder(
     run, so the next call resumes what this one scored; the folder stays unfinished (no
     metrics.json, the rows in the partial file, which `--compare` and `--selections` read).
 
-    `tools`: what the selection needs beyond the policy (`judge`, `process_scorer`, and
-    `stored`: an earlier run's candidates, scored instead of sampling new ones), passed on to
-    `evaluate_examples`; built once by the caller.
+    `tools`: what the selection needs beyond the policy (`selector`, with its judge or
+    process scorer, and `stored`: an earlier run's candidates, scored instead of sampling new
+    ones), passed on to `evaluate_examples`; built once by the caller.
 
     `settings` are `evaluate_examples`' keyword arguments (mode, retriever_samples,
     vote_threshold, max_new_tokens, maj_k, maj_temperature, selection, seed) plus anything else that

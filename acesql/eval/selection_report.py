@@ -4,7 +4,7 @@
     print(selection_report(load_rows("results/heldout/prm-test_ood")))
 
 An evaluation with candidates (`--selection maj | r3 | prm`) scores, per question, several
-ways of choosing among the same n samples (`acesql.eval.selection`). Because they share the
+ways of choosing among the same n samples (`acesql.selection.fields`). Because they share the
 candidates, their differences are paired by construction: this table puts each beside maj@n
 (the ACE-SQL paper's test-time scaling) with the 95% bootstrap interval of the difference,
 the discordant counts and the exact McNemar p-value (`acesql.paired`), and each one's

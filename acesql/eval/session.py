@@ -36,9 +36,7 @@ from acesql.eval.runner import (
 from acesql.models.base_model import load_tokenizer
 from acesql.models.engine import open_engine
 from acesql.models.prompts import PromptBuilder
-from acesql.prm.model import TrajectoryScorer
-from acesql.prm.select import ProcessScorer
-from acesql.ranking.judge import LetterJudge
+from acesql.selection.selector import Selector
 from acesql.sql.batch_executor import BatchExecutor
 
 
@@ -61,7 +59,8 @@ def settings(
     if cfg.unclosed_list != "reject":
         named["unclosed_list"] = cfg.unclosed_list
     named["selection"] = selection.model_dump(mode="json")
-    if selection.method == "prm":
+    selector = Selector(selection)
+    if selector.needs_score_model:
         named["selection"]["prm_model"] = model_digest(selection.prm_model)
     if candidates_from is not None:
         named["candidates_from"] = str(Path(candidates_from).resolve())
@@ -72,7 +71,7 @@ def settings(
         "vote_threshold": cfg.vote_threshold,
         "on_empty": cfg.on_empty_vote,
         "max_new_tokens": cfg.generation.max_new_tokens,
-        "maj_k": selection.candidates if selection.method != "greedy" else 0,
+        "maj_k": selector.samples,
         "maj_temperature": selection.temperature,
         "seed": seed,
         "engine": cfg.generation.model_dump(mode="json"),
@@ -100,17 +99,13 @@ class Evaluator:
         self.cfg = cfg
         self.progress = progress
         self.candidates_from = candidates_from
-        method = selection.method if selection is not None else "greedy"
-        if candidates_from is not None and method not in ("maj", "r3", "prm"):
+        selection = selection or SelectionSection()
+        if candidates_from is not None and not Selector(selection).among_candidates:
             raise ConfigError(
                 "rescoring stored candidates scores a selection among them: pass "
                 "--selection maj, r3 or prm"
             )
-        if method == "r3" and cfg.generation.engine != "transformers":
-            raise ConfigError(
-                "selection.method r3 reads the ranker's judgments from the model's next-token "
-                "probabilities: set evaluate.generation.engine to transformers"
-            )
+        Selector(selection).check_engine(cfg.generation.engine)
         self.settings = settings(
             cfg,
             selection,
@@ -125,26 +120,17 @@ class Evaluator:
         )
         self.engine = open_engine(cfg.generation, cfg.model)
         self.executor = BatchExecutor(timeout_s=cfg.timeout_s)
-        self.tools = self._selection_tools(selection)
+        # the selection's judge or process scorer, built once for every part evaluated
+        selector = Selector.loaded(
+            selection,
+            mode=cfg.match_mode,
+            engine=self.engine,
+            prompts=self.prompts,
+            executor=self.executor,
+        )
+        self.tools: dict = {"selector": selector}
         if candidates_from is not None:
             self.tools["stored"] = stored_candidates(str(candidates_from))
-
-    def _selection_tools(self, selection: SelectionSection | None) -> dict:
-        """What the selection needs beyond the policy, built once: the ranker's judge (r3,
-        from the policy itself) or the process scorer (prm, its own model)."""
-        if selection is None or selection.method not in ("r3", "prm"):
-            return {}
-        if selection.method == "r3":
-            return {"judge": LetterJudge(self.engine.model, self.engine.tokenizer)}
-
-        if not Path(selection.prm_model).is_dir():
-            raise ConfigError(
-                f"selection.prm_model: {selection.prm_model} not found: run the prm stage"
-            )
-        scorer = TrajectoryScorer.load(selection.prm_model)
-        process = ProcessScorer(scorer, self.prompts.tokenizer, self.executor)
-        process.require_format(self.prompts.sql_format)
-        return {"process_scorer": process}
 
     def evaluate(
         self,

@@ -89,7 +89,7 @@ def weighted_vote(groups: list[list[int]], rewards: list[float | None]) -> int |
 
     Not the seed's selection (it keeps the single best candidate, `best_of_n`): a vote over
     execution results, as maj@n, with each vote worth its candidate's R_proc. `groups`:
-    candidate indices sharing a result (`acesql.selection.majority.group_results`).
+    candidate indices sharing a result (`acesql.sql.majority.group_results`).
 
     >>> weighted_vote([[0, 2], [1]], [0.5, 0.9, 0.5])  # 1.0 against 0.9
     0

@@ -6,7 +6,7 @@
 The candidates are what the ranker meets at test time: for each question, the retriever's
 greedy column list and its vote prune the schema, the generator samples `candidates` SQL on
 it at `temperature`, each runs and is matched against the gold answer, and the runs are
-grouped by result (`acesql.selection.majority.group_results`: failed or truncated SQL forms no
+grouped by result (`acesql.sql.majority.group_results`: failed or truncated SQL forms no
 group). A question whose groups include a correct one and a wrong one gives up to
 `pairs_per_question` pairs, correct groups and wrong groups taken in turn, each represented
 by its first member. A pair keeps both prompts of the judge (`render(context, a, b)`, by
@@ -28,7 +28,7 @@ from acesql.data.schemas import SchemaCache
 from acesql.errors import DataError
 from acesql.pipeline import greedy_columns
 from acesql.ranking.judge import Candidate, Context
-from acesql.selection.majority import group_results
+from acesql.sql.majority import group_results
 from acesql.sql.parsing import parse_sql
 
 

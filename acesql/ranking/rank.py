@@ -4,7 +4,7 @@
     order[0].best  # the candidate to answer with
     decided_by(order)  # which signal put it first
 
-`groups` are candidate indices grouped by execution result (`acesql.selection.majority.
+`groups` are candidate indices grouped by execution result (`acesql.sql.majority.
 group_results`); `prefer(a, b)` is P(the SQL of candidate a is right rather than b's), already
 averaged over both orders by the judge; `pointwise(i)` is P(candidate i is right).
 
@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from acesql.config import SelectionSection
+
 
 @dataclass
 class GroupScore:
@@ -38,7 +40,7 @@ def rank_groups(
     groups: list[list[int]],
     prefer: Callable[[int, int], float],
     pointwise: Callable[[int], float],
-    tau: float = 0.05,
+    tau: float = SelectionSection.model_fields["tau"].default,
 ) -> list[GroupScore]:
     """The groups in ranked order (see the module doc); empty when no group.
 

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from acesql.config import SelectionSection
 from acesql.ranking.judge import Candidate, Context
 from acesql.ranking.rank import GroupScore, rank_groups
-from acesql.selection.majority import group_results
+from acesql.sql.majority import group_results
 from acesql.sql.sandbox import ExecResult
+
+_DEFAULT = SelectionSection.model_fields  # the `selection` section's defaults
 
 
 @dataclass
@@ -35,7 +38,7 @@ def select_groupwise(
     results: list[ExecResult],
     judge,
     mode: str = "multiset",
-    tau: float = 0.05,
+    tau: float = _DEFAULT["tau"].default,
 ) -> Choice:
     """The chosen candidate (see the module doc); `judge` has `pairwise_many` and
     `pointwise_many` (`acesql.ranking.judge.LetterJudge`)."""
@@ -81,10 +84,10 @@ def select_with_resampling(
     judge,
     resample,
     m: int,
-    threshold: float = 0.5,
+    threshold: float = _DEFAULT["audit_threshold"].default,
     mode: str = "multiset",
-    tau: float = 0.05,
-    pool: str = "new",
+    tau: float = _DEFAULT["tau"].default,
+    pool: str = _DEFAULT["resample_pool"].default,
 ) -> Resampled:
     """Groupwise selection with agentic resampling.
 

@@ -18,8 +18,8 @@ from acesql.eval.metrics import failure_category, summarize
 from acesql.eval.runner import evaluate_to_folder, fingerprint, model_digest, read_unfinished
 from acesql.eval.sql_eval import load_predictions, write_bird_predictions
 from acesql.locks import lock_folder
-from acesql.selection.majority import majority_vote
 from acesql.sql.batch_executor import BatchExecutor
+from acesql.sql.majority import majority_vote
 from acesql.sql.sandbox import ExecResult
 from tests.fakes import RoleEngine, columns_answer, sql_answer
 

@@ -123,7 +123,7 @@ def test_judgments_sharing_a_prefix_read_what_each_prompt_reads_alone(tiny_model
 def test_ask_selects_by_majority_and_greedy(school_db):
     from acesql.config import SelectionSection
     from acesql.models.prompts import PromptBuilder
-    from acesql.ranking.ask import ask
+    from acesql.selection.ask import ask
 
     prompts = PromptBuilder(ChatTokenizer())
     engine = AskEngine(
@@ -151,7 +151,7 @@ def test_ask_keeps_the_candidate_its_process_scorer_rewards_most(school_db):
     from acesql.errors import ConfigError
     from acesql.models.prompts import PromptBuilder
     from acesql.prm.select import ProcessScorer
-    from acesql.ranking.ask import ask
+    from acesql.selection.ask import ask
     from acesql.sql.batch_executor import BatchExecutor
 
     class ByRows:
@@ -292,7 +292,7 @@ def test_the_auditor_reads_the_pool_with_its_sanity_notes(tiny_model_dir):
 def test_ask_ships_the_answer_its_policy_names(school_db):
     from acesql.config import SelectionSection
     from acesql.models.prompts import PromptBuilder
-    from acesql.ranking.ask import ask
+    from acesql.selection.ask import ask
 
     class SchemaEngine(AskEngine):
         """Greedy: a query that fails on the pruned schema's guess, right on the whole one."""
@@ -328,7 +328,7 @@ def test_ask_ships_the_answer_its_policy_names(school_db):
 def test_ask_skips_ranking_when_the_candidates_agree_and_says_each_step(school_db):
     from acesql.config import SelectionSection
     from acesql.models.prompts import PromptBuilder
-    from acesql.ranking.ask import ask
+    from acesql.selection.ask import ask
 
     # AskEngine has no torch model: ranking would fail; one result leaves nothing to rank
     same = "SELECT COUNT(*) FROM student"
@@ -351,7 +351,7 @@ def test_ask_skips_ranking_when_the_candidates_agree_and_says_each_step(school_d
 def test_ask_says_when_it_is_unsure(school_db):
     from acesql.config import SelectionSection
     from acesql.models.prompts import PromptBuilder
-    from acesql.ranking.ask import ask
+    from acesql.selection.ask import ask
 
     class Nowhere(AskEngine):  # the retriever names a column the database does not have
         def generate(self, prompts, n=1, temperature=1.0, **options):

@@ -31,8 +31,9 @@ LAYERS = (
         "distributed",
         "__init__",
     ),
-    ("pipeline", "selection", "debug"),  # one question's answer, chosen among candidates
+    ("pipeline", "debug"),  # the retriever's greedy columns; debugging tasks
     ("sft", "rl", "ranking", "prm", "agent"),  # the training roles
+    ("selection",),  # one question's answer, chosen among candidates by the roles' judgments
     ("eval",),  # evaluation and its reports
     ("stages", "serving"),  # one entry point per DVC stage; the served model
     ("cli", "__main__"),  # commands

@@ -9,9 +9,9 @@ import pytest
 
 from acesql.config import EvaluateSection, SelectionSection, load_params
 from acesql.errors import ConfigError
-from acesql.eval.selection import ranked_fields, vote_fields
 from acesql.eval.session import settings
 from acesql.ranking.judge import Context
+from acesql.selection.fields import ranked_fields, vote_fields
 from acesql.sql.sandbox import ExecResult
 from tests.fakes import Judge
 
@@ -312,7 +312,7 @@ def test_the_selections_table_pairs_recall_before_and_after_resampling():
 
 
 def test_every_field_a_selection_writes_is_known_to_rescoring():
-    from acesql.eval.selection import is_selection_field, prm_fields
+    from acesql.selection.fields import is_selection_field, prm_fields
 
     def resample(m):
         return ["z"], [verdict(ok((2,)), True)], Context("?", "t(v, w)")

@@ -4,7 +4,7 @@ with. Each case here once lived between two homes and was lost on the way."""
 
 import pytest
 
-import acesql.eval.selection as selection_module
+import acesql.selection.fields as selection_module
 from acesql.cli.options import SELECTION_FLAGS, _selection
 from acesql.config import EvaluateSection
 from acesql.data.loaders import load_dataset

@@ -108,7 +108,7 @@ def test_debug_judge_stops_a_fix_with_one_long_call(tmp_path, school_db, long_ca
 def test_ask_stops_a_candidate_with_one_long_call(school_db, long_call):
     from acesql.config import SelectionSection
     from acesql.models.prompts import PromptBuilder
-    from acesql.ranking.ask import ask
+    from acesql.selection.ask import ask
     from tests.fakes import AskEngine, ChatTokenizer
 
     engine = AskEngine(long_call, ["SELECT COUNT(*) FROM student"])

@@ -7,10 +7,10 @@
 Schema introspection, the retriever (greedy) and its column vote (an empty vote shows the
 generator the whole schema: a user's question deserves an attempt), the generator's greedy
 answer (candidate 0) and n - 1 samples on the pruned schema, every candidate run in the
-read-only sandbox, then the `selection` params section's method: `greedy` (candidate 0),
-`maj` (the largest group of equal results), `r3` (groupwise ranking,
-`acesql.ranking.select`; with `resample`, agentic resampling first, drawing from
-`resample_from`, `acesql.ranking.resample`) or `prm` (the
+read-only sandbox, then the `selection` params section's method chooses
+(`acesql.selection.selector`): `greedy` (candidate 0), `maj` (the largest group of equal
+results), `r3` (groupwise ranking, `acesql.ranking.select`; with `resample`, agentic
+resampling first, drawing from `resample_from`, `acesql.ranking.resample`) or `prm` (the
 Chain-of-CTE candidate with the highest process reward, `acesql.prm.select`). Unless
 `selection.answer` is `pipeline`, the generator also answers once on the whole schema and
 the policy ships one of the two (`acesql.selection.answer`). The user's file is only ever
@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from acesql.config import SelectionSection
-from acesql.errors import ConfigError, DataError
-from acesql.prm.select import best_of_n
-from acesql.ranking.judge import Context, LetterJudge
+from acesql.errors import DataError
+from acesql.ranking.judge import Context
 from acesql.ranking.resample import sample_pipeline_prompts
-from acesql.ranking.select import Drawn, select_groupwise, select_with_resampling
+from acesql.ranking.select import Drawn
 from acesql.selection.answer import Sides, answer_side
-from acesql.selection.majority import group_results, majority_vote
+from acesql.selection.selector import Asked, Selector
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.column_vote import vote_columns
+from acesql.sql.majority import group_results
 from acesql.sql.parsing import parse_columns, parse_sql
 from acesql.sql.sandbox import ExecResult
 from acesql.sql.schema import Schema
@@ -95,10 +95,8 @@ def ask(
     is told each step as it starts (retrieving columns, writing candidates, running them,
     ranking), for a user waiting on a CPU."""
     selection = selection or SelectionSection(method="r3")
-    if selection.method == "prm":
-        if process_scorer is None:
-            raise ConfigError("the prm selection needs the process scorer (the prm model)")
-        process_scorer.require_format(prompts.sql_format)
+    selector = Selector(selection, mode=mode, engine=engine, process_scorer=process_scorer)
+    selector.check_format(prompts.sql_format)
     schema = open_schema(db_path, prompts.sample_values)
     with BatchExecutor(workers=1, timeout_s=timeout_s) as executor:
         asking = _Asking(
@@ -116,10 +114,10 @@ def ask(
         )
         say("retrieving columns")
         columns, matched = asking.retrieve()
-        say("writing candidates" if selection.method != "greedy" else "writing the query")
-        answer = asking.candidates(columns)
+        say("writing candidates" if selector.among_candidates else "writing the query")
+        answer = asking.candidates(columns, selector.samples)
         answer.retriever_matched = matched
-        index = asking.choose(answer, columns, process_scorer)
+        index = asking.choose(answer, columns, selector)
         if index is not None:
             answer.sql, answer.result = answer.candidates[index], answer.results[index]
         answer.agreement = _agreement(answer, index, mode)
@@ -187,8 +185,9 @@ class _Asking:
         self.say("running them")
         return sqls, _run(self.executor, self.db_path, sqls)
 
-    def candidates(self, columns: list[str]) -> Answer:
-        """The greedy answer (candidate 0) and, unless greedy, n - 1 samples, all run."""
+    def candidates(self, columns: list[str], samples: int) -> Answer:
+        """The greedy answer (candidate 0) and, when `samples` (n) are asked for, n - 1
+        samples, all run."""
         self.prompt = self.prompts.generator(self.schema, columns, self.question)
         greedy = self.engine.generate(
             [self.prompt], n=1, temperature=0.0, max_new_tokens=self.max_new_tokens
@@ -196,80 +195,30 @@ class _Asking:
         self.outputs.extend(greedy)
         sqls = [parse_sql(greedy[0].text) or ""]
         results = _run(self.executor, self.db_path, sqls)
-        if self.selection.method != "greedy":
-            more_sqls, more_results = self.sample(
-                [self.prompt], self.selection.candidates - 1, self.seed
-            )
+        if samples:
+            more_sqls, more_results = self.sample([self.prompt], samples - 1, self.seed)
             sqls, results = sqls + more_sqls, results + more_results
         return Answer(None, None, columns, sqls, results)
 
-    def choose(self, answer: Answer, columns: list[str], process_scorer) -> int | None:
-        """The index of the chosen candidate under `selection.method` (None: none ran);
-        `answer.groups` says why, for --explain."""
-        sqls, results, method = answer.candidates, answer.results, self.selection.method
-        if method == "greedy":
-            return 0 if sqls[0] else None
-        if method == "prm":
-            return self._prm(answer, columns, process_scorer)
-        groups = group_results(sqls, results, self.mode)
-        if method == "maj" or (len(groups) <= 1 and not self.selection.resample):
-            # one result among the candidates leaves nothing to rank: it is the answer
-            answer.groups = [{"members": g, "size": len(g)} for g in groups]
-            return majority_vote(sqls, results, self.mode).winner
-        self.say("ranking")
-        return self._r3(answer, columns)
-
-    def _prm(self, answer: Answer, columns, process_scorer) -> int | None:
-        rewards = process_scorer.rewards(
-            self.question,
-            self.prompts.schema_text(self.schema, columns),
-            "",
-            self.db_path,
+    def choose(self, answer: Answer, columns: list[str], selector: Selector) -> int | None:
+        """The index of the candidate `selector` chooses (None: none ran); `answer.groups`
+        says why, for --explain, and with resampling the drawn candidates join it."""
+        schema_text = self.prompts.schema_text(self.schema, columns)
+        asked = Asked(Context(self.question, schema_text), self.db_path, self.schema)
+        drawn: list = []
+        chosen = selector.choose(
+            asked,
+            answer.candidates,
+            answer.results,
             self.outputs,
-            schema=self.schema,
+            self._resampler(columns, drawn),
+            self.say,
         )
-        answer.groups = [
-            {"members": [i], "process_reward": None if r is None else round(r, 4)}
-            for i, r in sorted(enumerate(rewards), key=lambda x: -(x[1] or -1.0))
-        ]
-        return best_of_n(rewards)
-
-    def _r3(self, answer: Answer, columns: list[str]) -> int | None:
-        selection, sqls, results = self.selection, answer.candidates, answer.results
-        judge = LetterJudge(self.engine.model, self.engine.tokenizer)
-        context = Context(self.question, self.prompts.schema_text(self.schema, columns))
-        kept = list(range(len(sqls)))  # the pool ranked, as indices over every candidate
-        if selection.resample:
-            drawn: list = []
-            out = select_with_resampling(
-                context,
-                sqls,
-                results,
-                judge,
-                self._resampler(columns, drawn),
-                selection.resample_candidates,
-                selection.audit_threshold,
-                self.mode,
-                selection.tau,
-                selection.resample_pool,
-            )
-            choice, answer.resampled, kept = out.choice, out.fired, out.kept
-            for new_sqls, new_results in drawn:
-                answer.candidates = answer.candidates + new_sqls
-                answer.results = answer.results + new_results
-        else:
-            choice = select_groupwise(context, sqls, results, judge, self.mode, selection.tau)
-        answer.groups = [
-            {
-                "members": [kept[i] for i in g.members],
-                "preference": g.preference,
-                "utility": round(g.utility, 4),
-                "best": kept[g.best],
-                "empty_result": empty,
-            }
-            for g, empty in zip(choice.ranked, choice.empty)
-        ]
-        return choice.index
+        answer.groups, answer.resampled = chosen.groups, chosen.resampled
+        for new_sqls, new_results in drawn:
+            answer.candidates = answer.candidates + new_sqls
+            answer.results = answer.results + new_results
+        return chosen.index
 
     def _resampler(self, columns: list[str], drawn: list):
         """m -> m new candidates (`acesql.ranking.resample`), kept in `drawn` as well."""

@@ -37,7 +37,7 @@ from acesql.prm.select import best_of_n, weighted_vote
 from acesql.ranking.judge import Context
 from acesql.ranking.rank import decided_by
 from acesql.ranking.select import Drawn, select_groupwise, select_with_resampling
-from acesql.selection.majority import group_results, majority_vote
+from acesql.sql.majority import group_results, majority_vote
 
 # Every field the functions below write is `oracle_match` or starts with one of these
 # prefixes; rescoring (`acesql.eval.rescore`) drops such fields from a stored row and scores
