@@ -134,8 +134,17 @@ def merge(target, overrides: dict) -> None:
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(target.get(key), dict):
             merge(target[key], value)
-        else:
-            target[key] = value
+        elif not _same(target.get(key, UNSET), value):
+            target[key] = value  # an equal value keeps its spelling: 0.00002 stays 0.00002
+
+
+def _same(old, new) -> bool:
+    """Whether a leaf already holds `new` (True is not 1 here).
+
+    >>> _same(2e-05, 0.00002), _same(1, True), _same(None, None)
+    (True, False, True)
+    """
+    return old == new and isinstance(old, bool) == isinstance(new, bool)
 
 
 def leaf(tree: dict, name: str):
