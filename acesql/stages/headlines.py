@@ -101,11 +101,11 @@ def headline(stage: str, metrics: dict) -> dict[str, float]:
     {'steps': 3, 'final_loss': 0.5}
     """
     flat = flatten(metrics)
-    return {
-        key: flat[key]
-        for key in HEADLINES[stage]
-        if isinstance(flat.get(key), int | float) and not isinstance(flat.get(key), bool)
-    }
+    return {key: flat[key] for key in HEADLINES[stage] if _number(flat.get(key))}
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def write_headline(stage: str, metrics_path: Path, metrics: dict) -> Path:
@@ -144,7 +144,7 @@ def stage_headlines(
                 continue
             for key in flat if every else HEADLINES.get(stage, ()):
                 value = flat.get(key)
-                if isinstance(value, int | float) and not isinstance(value, bool):
+                if _number(value):
                     numbers[prefix + key] = float(value)
     return numbers
 
