@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from acesql.config.evaluation import SelectionSection
 from acesql.config.section import AnswerPolicy
 from acesql.errors import AcesqlError
 from acesql.sql.sandbox import DEFAULT_TIMEOUT_S, check_timeout
@@ -178,6 +179,10 @@ def _resample_flags() -> list:
     ]
 
 
+# the defaults the help shows, read from the section so they cannot drift from what runs
+_SELECTION_DEFAULTS = {name: f.default for name, f in SelectionSection.model_fields.items()}
+
+
 def _answer_flags() -> list:
     """The PRM scorer, the shipped answer's policy, and a params file to start from."""
     return [
@@ -193,14 +198,14 @@ def _answer_flags() -> list:
             default=None,
             help="Which answer is the product's: the pipeline's, the generator's on the full "
             "schema, or a rule per question (choose it on dev: acesql eval answers).  "
-            "[default: pipeline]",
+            f"[default: {_SELECTION_DEFAULTS['answer']}]",
         ),
         click.option(
             "--full-schema-tokens",
             type=COUNT,
             default=None,
             help="--answer by_size: the longest full-schema prompt answered whole.  "
-            "[default: 1024]",
+            f"[default: {_SELECTION_DEFAULTS['full_schema_tokens']}]",
         ),
         click.option(
             "--selection-params",
