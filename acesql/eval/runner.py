@@ -244,7 +244,7 @@ def _described(summary: dict, model, dataset, split, settings: dict, start: floa
         "retriever_samples": settings.get("retriever_samples", 1),
         "vote_threshold": settings.get("vote_threshold", 0.5),
         "unclosed_list": settings.get("unclosed_list", "reject"),
-        "answer": (settings.get("selection") or {}).get("answer", "pipeline"),
+        "answer": (settings.get("selection") or {}).get("answer", _DEFAULT_ANSWER),
         **{k: settings[k] for k in ("candidates_from",) if k in settings},
         **summary,
         "seconds": round(time.monotonic() - start, 1),
@@ -261,6 +261,7 @@ def _options(settings: dict) -> EvalOptions:
 
 
 _EVAL_ARGS = {f.name for f in fields(EvalOptions)}
+_DEFAULT_ANSWER = SelectionSection.model_fields["answer"].default
 
 
 def fingerprint(model: str, examples: list[Example], settings: dict) -> str:

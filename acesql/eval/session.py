@@ -147,7 +147,7 @@ class Evaluator:
         if self.candidates_from is not None:
             source = str(self.candidates_from)
             if out is not None:
-                refuse_overwriting_candidates(Path(out), Path(source), self.settings)
+                self.tools["selector"].check_rescoring_into(Path(out), Path(source))
             if read_unfinished(source) is not None:
                 growing = examples
             examples = matching_examples(examples, self.tools["stored"], source)
@@ -180,24 +180,6 @@ class Evaluator:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def refuse_overwriting_candidates(out: Path, source: Path, settings: dict) -> None:
-    """DataError when rescoring into `out` would destroy stored candidates: `out` is the
-    source itself, or a folder whose finished rows keep candidates that this selection would
-    not write again (only r3 keeps them)."""
-    if out.resolve() == source.resolve():
-        raise DataError(
-            f"--out {out} is the folder whose candidates are rescored: its rows would be "
-            "rewritten without them; give --out another folder"
-        )
-    rows = out / "rows.jsonl"
-    method = (settings.get("selection") or {}).get("method")
-    if rows.is_file() and method != "r3" and '"r3_pool"' in rows.read_text(errors="replace"):
-        raise DataError(
-            f"{out} holds stored candidates (rows with r3_pool) that a {method} rescoring "
-            "would drop: give --out another folder"
-        )
 
 
 def stored_candidates(folder: str) -> dict[int, dict]:

@@ -107,10 +107,10 @@ def ask(
             question,
             selection,
             executor,
-            mode,
-            max_new_tokens,
-            seed,
-            say,
+            mode=mode,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            say=say,
         )
         say("retrieving columns")
         columns, matched = asking.retrieve()
@@ -123,17 +123,7 @@ def ask(
         answer.agreement = _agreement(answer, index, mode)
         if selection.answer != "pipeline":
             say("writing the query on the whole schema")
-            _answer_policy(
-                answer,
-                engine,
-                prompts,
-                schema,
-                db_path,
-                question,
-                selection,
-                max_new_tokens,
-                executor,
-            )
+            asking.answer_policy(answer)
     answer.notes = _notes(answer)
     return answer
 
@@ -220,6 +210,25 @@ class _Asking:
             answer.results = answer.results + new_results
         return chosen.index
 
+    def answer_policy(self, answer: Answer) -> None:
+        """The generator's greedy answer on the whole schema, and which of the two answers
+        the `selection.answer` policy ships (`acesql.selection.answer`); `answer` is
+        updated."""
+        prompt = self.prompts.generator(self.schema, None, self.question)
+        (out,) = self.engine.generate(
+            [prompt], n=1, temperature=0.0, max_new_tokens=self.max_new_tokens
+        )
+        full_sql = parse_sql(out[0].text) or ""
+        (full_result,) = _run(self.executor, self.db_path, [full_sql])
+        pipeline_ran = answer.result is not None and answer.result.ok
+        full_ran = full_result.ok and bool(full_sql)
+        sides = Sides(pipeline_ran, full_ran, self.prompts.token_count(prompt))
+        answer.full_sql, answer.full_result = full_sql or None, full_result
+        policy = self.selection
+        answer.answer_from = answer_side(policy.answer, sides, policy.full_schema_tokens)
+        if answer.answer_from == "full_schema":
+            answer.sql, answer.result = full_sql or None, full_result
+
     def _resampler(self, columns: list[str], drawn: list):
         """m -> m new candidates (`acesql.ranking.resample`), kept in `drawn` as well."""
         selection = self.selection
@@ -280,32 +289,6 @@ def _notes(answer: Answer) -> list[str]:
     if answer.answer_from == "full_schema":
         notes.append("the answer is the generator's on the whole schema (selection.answer)")
     return notes
-
-
-def _answer_policy(
-    answer: Answer,
-    engine,
-    prompts,
-    schema,
-    db_path,
-    question,
-    selection,
-    max_new_tokens: int,
-    executor: BatchExecutor,
-) -> None:
-    """The generator's greedy answer on the whole schema, and which of the two answers the
-    `selection.answer` policy ships (`acesql.selection.answer`); `answer` is updated."""
-    prompt = prompts.generator(schema, None, question)
-    (out,) = engine.generate([prompt], n=1, temperature=0.0, max_new_tokens=max_new_tokens)
-    full_sql = parse_sql(out[0].text) or ""
-    (full_result,) = _run(executor, db_path, [full_sql])
-    pipeline_ran = answer.result is not None and answer.result.ok
-    full_ran = full_result.ok and bool(full_sql)
-    sides = Sides(pipeline_ran, full_ran, prompts.token_count(prompt))
-    answer.full_sql, answer.full_result = full_sql or None, full_result
-    answer.answer_from = answer_side(selection.answer, sides, selection.full_schema_tokens)
-    if answer.answer_from == "full_schema":
-        answer.sql, answer.result = full_sql or None, full_result
 
 
 def _run(executor: BatchExecutor, db_path, sqls: list[str]) -> list[ExecResult]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from acesql.config import SelectionSection
-from acesql.errors import ConfigError
+from acesql.errors import ConfigError, DataError
 from acesql.models.engine import Completion
 from acesql.prm.select import ProcessScorer, best_of_n
 from acesql.ranking.judge import Context, LetterJudge
@@ -166,6 +166,23 @@ class Selector:
             raise ConfigError(
                 "PRM best-of-n on stored candidates needs a score model of the direct view "
                 "(prm_data.sql_format: direct): the rows keep SQL, not chains with their tokens"
+            )
+
+    def check_rescoring_into(self, out: Path, source: Path) -> None:
+        """DataError when rescoring `source`'s stored candidates into `out` would destroy
+        them: `out` is the source itself, or a folder whose finished rows keep candidates
+        (`r3_pool`) that this method would not write again (only r3 keeps them)."""
+        if out.resolve() == source.resolve():
+            raise DataError(
+                f"--out {out} is the folder whose candidates are rescored: its rows would be "
+                "rewritten without them; give --out another folder"
+            )
+        rows = out / "rows.jsonl"
+        keeps = self.method == "r3"
+        if rows.is_file() and not keeps and '"r3_pool"' in rows.read_text(errors="replace"):
+            raise DataError(
+                f"{out} holds stored candidates (rows with r3_pool) that a {self.method} "
+                "rescoring would drop: give --out another folder"
             )
 
     def choose(
