@@ -6,7 +6,7 @@ What it measures
     20,000-character pattern over a 1 MB string: 30 s alone; `printf('%.*c', 2000000000,
     'x')`: 7 s alone) run under a deadline on each path: `BatchExecutor` with 2 workers
     (`acesql eval`, `evaluate-sql`) and with 0 (`evaluate-sql --workers 0`, which is one
-    worker), `acesql sql exec` and `sql match`, `ask`, a `ReplicaPool` lease (agent episodes)
+    worker), `acesql sql exec` and `sql match`, `ask`, a `Replicas` lease (agent episodes)
     and `acesql debug judge`. The overshoot is the time from the call to its timed-out
     answer, less the deadline, with every worker or host already started. A CLI command's
     (and `ask`'s) own wall time on `SELECT 1`, a worker's start included, is taken off; what
@@ -107,9 +107,9 @@ def ask_path(db: str, sql: str, timeout: float) -> float:
 
 def lease_path(db: str, sql: str, timeout: float, scratch: Path) -> float:
     """The wall time of `Lease.execute`, the host started."""
-    from acesql.sql.replicas import ReplicaPool
+    from acesql.sql.replicas import Replicas
 
-    with ReplicaPool(scratch / "lease", timeout_s=timeout) as pool, pool.lease(db) as lease:
+    with Replicas(scratch / "lease", timeout_s=timeout) as replicas, replicas.lease(db) as lease:
         lease.execute("SELECT 1")
         result, wall = _wall(lambda: lease.execute(sql))
     assert result.timed_out, result
@@ -120,11 +120,11 @@ def judge_path(db: str, sql: str, timeout: float, scratch: Path) -> float:
     """The fix statement's time to its timed-out answer, as the judge saw it."""
     from acesql.debug.judge import judge
     from acesql.debug.task import DebugTask
-    from acesql.sql.replicas import ReplicaPool
+    from acesql.sql.replicas import Replicas
 
     task = DebugTask("t", "db", db, "query", "?", ["SELECT 1"], ["SELECT 1"])
-    with ReplicaPool(scratch / "judge", timeout_s=timeout) as pool:
-        verdict = judge(task, sql, pool)
+    with Replicas(scratch / "judge", timeout_s=timeout) as replicas:
+        verdict = judge(task, sql, replicas)
     assert "timeout" in verdict.reason, verdict.reason
     return verdict.fix_results[-1].elapsed_s
 
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             "sql exec": partial(cli_path, command="exec"),
             "sql match": partial(cli_path, command="match"),
             "ask": ask_path,
-            "ReplicaPool lease": partial(lease_path, scratch=scratch),
+            "Replicas lease": partial(lease_path, scratch=scratch),
             "debug judge": partial(judge_path, scratch=scratch),
         }
         for name, sql in LONG_CALLS.items():

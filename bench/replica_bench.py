@@ -10,7 +10,7 @@ What it measures
 
     - copy: each rollout copies the database file, runs its turns on the copy (autocommit),
       deletes it; the baseline;
-    - rollback (acesql): `acesql.sql.replicas.ReplicaPool`, a replica per concurrent
+    - rollback (acesql): `acesql.sql.replicas.Replicas`, a replica per concurrent
       trajectory made once, each trajectory's writes held in one transaction and rolled back
       on release;
     - backup: the same replicas, writes committed to them, and a replica that was written
@@ -53,7 +53,7 @@ from pathlib import Path
 
 from acesql.data.synth.database import PROFILES, build_database, write_database
 from acesql.data.synth.domain import load_domains
-from acesql.sql.replicas import ReplicaPool
+from acesql.sql.replicas import Replicas
 from acesql.sql.schema import quote_identifier as q
 
 TARGET_RATIO = 20.0
@@ -190,18 +190,18 @@ def run_copy(work, scratch: Path):
 
 def run_rollback(work, scratch: Path):
     record = []
-    with ReplicaPool(scratch / "pool", max_leases=max(len(g) for _, g in work)) as pool:
+    with Replicas(scratch / "replicas", max_leases=max(len(g) for _, g in work)) as replicas:
         start = io_bytes()
         for path in dict.fromkeys(p for p, _ in work):  # the one-time materialisation
-            pool.lease(path).release()
+            replicas.lease(path).release()
         made_bytes = io_bytes() - start
         for path, group in work:
-            leases = [pool.lease(path) for _ in group]
+            leases = [replicas.lease(path) for _ in group]
             runners = [lambda s, d=d: _from_result(d.execute(s)) for d in leases]
             record += _interleave(group, runners)
             for lease in leases:
                 lease.release()
-        stats = {**pool.stats.to_dict(), "materialise_bytes": made_bytes}
+        stats = {**replicas.stats.to_dict(), "materialise_bytes": made_bytes}
     return record, stats
 
 
@@ -274,7 +274,7 @@ def _interleave(group, runners):
 
 
 def io_bytes() -> int:
-    """Bytes this process and its live children (the replica pool's SQL host) read and wrote."""
+    """Bytes this process and its live children (the replica set's SQL host) read and wrote."""
     total = _process_io("self")
     me = str(os.getpid())
     for stat in Path("/proc").glob("[0-9]*/stat"):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from acesql.agent.episode import AgentTask, observe, render_chat
 from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask
-from acesql.sql.replicas import ReplicaPool
+from acesql.sql.replicas import Replicas
 
 DIAGNOSES = {
     "wrong_join_key": "The join matches the wrong columns: rows must be paired on the key "
@@ -48,7 +48,7 @@ PLAIN = "The SQL does not do what is asked; here is a version that does."
 
 
 def debug_demonstration(
-    task: DebugAgentTask, pool: ReplicaPool, tokenizer, max_turns: int
+    task: DebugAgentTask, replicas: Replicas, tokenizer, max_turns: int
 ) -> list[dict]:
     """The SFT records of one worked debugging task (one per turn)."""
     t = task.task
@@ -60,25 +60,25 @@ def debug_demonstration(
         diagnosis = "That result looks right."
     solution = "\n".join(s.rstrip().rstrip(";") + ";" for s in t.solution_sql)
     return _records(
-        task, pool, tokenizer, max_turns, turns, f"{diagnosis} <submit>{solution}</submit>"
+        task, replicas, tokenizer, max_turns, turns, f"{diagnosis} <submit>{solution}</submit>"
     )
 
 
 def question_demonstration(
-    task: QuestionAgentTask, pool: ReplicaPool, tokenizer, max_turns: int
+    task: QuestionAgentTask, replicas: Replicas, tokenizer, max_turns: int
 ) -> list[dict]:
     """The SFT records of one worked text-to-SQL question: look at the result, submit."""
     sql = task.example.sql.strip().rstrip(";")
     turns = [("Let me check what this query returns.", sql)] if max_turns >= 2 else []
     return _records(
-        task, pool, tokenizer, max_turns, turns, f"That answers it. <submit>{sql}</submit>"
+        task, replicas, tokenizer, max_turns, turns, f"That answers it. <submit>{sql}</submit>"
     )
 
 
-def _records(task: AgentTask, pool, tokenizer, max_turns, probes, final: str) -> list[dict]:
+def _records(task: AgentTask, replicas, tokenizer, max_turns, probes, final: str) -> list[dict]:
     messages = task.messages(max_turns)
     records = []
-    with pool.lease(task.db_path) as view:
+    with replicas.lease(task.db_path) as view:
         for sql in task.setup_sql:
             view.execute(sql)
         for k, (thought, sql) in enumerate(probes[: max_turns - 1]):

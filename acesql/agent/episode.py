@@ -1,7 +1,7 @@
 """Multi-turn episodes: the model acts, the database answers, until it submits or runs out.
 
     tasks = [DebugAgentTask(t) for t in read_tasks("data/debug/dev.jsonl")]
-    groups = run_episodes(engine, tokenizer, tasks, pool, n=4, max_turns=5)
+    groups = run_episodes(engine, tokenizer, tasks, replicas, n=4, max_turns=5)
     groups[i][j].turns, .submission, .passed, .reward
 
 Each of the `n` trajectories of a task leases its own private view of the task's database
@@ -29,7 +29,7 @@ from acesql.agent.actions import STOP, Action, close_action, parse_action
 from acesql.models.engine import Completion, Engine
 from acesql.models.prompts import templates
 from acesql.sql.observation import render_observation
-from acesql.sql.replicas import Lease, ReplicaPool
+from acesql.sql.replicas import Lease, Replicas
 from acesql.sql.sandbox import ExecResult
 
 
@@ -85,7 +85,7 @@ class AgentTask:
     def messages(self, max_turns: int) -> list[dict]:
         raise NotImplementedError
 
-    def score(self, submission: str, pool: ReplicaPool) -> Score:
+    def score(self, submission: str, replicas: Replicas) -> Score:
         """The verdict on a submission, judged on fresh views."""
         raise NotImplementedError
 
@@ -110,7 +110,7 @@ def run_episodes(
     engine: Engine,
     tokenizer,
     tasks: list[AgentTask],
-    pool: ReplicaPool,
+    replicas: Replicas,
     n: int = 1,
     max_turns: int = 5,
     temperature: float = 1.0,
@@ -124,7 +124,7 @@ def run_episodes(
     try:
         for task in tasks:
             for _ in range(n):
-                lease = pool.lease(task.db_path)
+                lease = replicas.lease(task.db_path)
                 live.append(_Live(task, lease, task.messages(max_turns), Trajectory(task.task_id)))
                 for sql in task.setup_sql:
                     lease.execute(sql)
@@ -156,7 +156,7 @@ def run_episodes(
         for episode in live:
             episode.lease.release()
     for episode in live:
-        _score(episode, pool)
+        _score(episode, replicas)
     groups: dict[int, list[Trajectory]] = {}
     for episode in live:
         groups.setdefault(id(episode.task), []).append(episode.trajectory)
@@ -196,12 +196,12 @@ def observe(lease: Lease, sql: str, turns_left: int) -> tuple[str, ExecResult | 
     return message, (results[-1] if results else None)
 
 
-def _score(episode: _Live, pool: ReplicaPool) -> None:
+def _score(episode: _Live, replicas: Replicas) -> None:
     trajectory = episode.trajectory
     if trajectory.submission is None:
         trajectory.verdict = "no submission"
         return
-    score = episode.task.score(trajectory.submission, pool)
+    score = episode.task.score(trajectory.submission, replicas)
     trajectory.passed, trajectory.verdict = score.passed, score.reason
     trajectory.submitted_result, trajectory.expected_result = score.got, score.expected
     trajectory.reward = 1.0 if score.passed else 0.0

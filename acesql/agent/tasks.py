@@ -18,7 +18,7 @@ from acesql.errors import DataError
 from acesql.models.prompts import templates
 from acesql.sql.columns import has_order_by
 from acesql.sql.matching import execution_match
-from acesql.sql.replicas import ReplicaPool, split_statements
+from acesql.sql.replicas import Replicas, split_statements
 from acesql.sql.sandbox import execute
 from acesql.sql.schema import Schema
 
@@ -64,8 +64,8 @@ class DebugAgentTask(AgentTask):
         )
         return _opening(user)
 
-    def score(self, submission: str, pool: ReplicaPool) -> Score:
-        verdict = judge(self.task, submission, pool)
+    def score(self, submission: str, replicas: Replicas) -> Score:
+        verdict = judge(self.task, submission, replicas)
         query = self.task.category == "query"
         got = verdict.fix_results[-1] if query and verdict.fix_results else None
         expected = verdict.solution_results[-1] if query and verdict.solution_results else None
@@ -92,11 +92,11 @@ class QuestionAgentTask(AgentTask):
         )
         return _opening(user)
 
-    def score(self, submission: str, pool: ReplicaPool) -> Score:
+    def score(self, submission: str, replicas: Replicas) -> Score:
         statements = split_statements(submission)
         if len(statements) != 1:
             return Score(False, f"submit exactly one query, got {len(statements)} statements")
-        with pool.lease(self.db_path) as view:
+        with replicas.lease(self.db_path) as view:
             got = view.execute(statements[0])
         gold = execute(self.db_path, self.example.sql, timeout_s=self.timeout_s)
         ordered = has_order_by(self.example.sql)

@@ -44,7 +44,7 @@ from acesql.progress import history_windows, window_mean
 from acesql.rl.advantages import group_advantages
 from acesql.rl.plots import agent_curves_figure
 from acesql.rl.update import ScoredSequence, single_role_training
-from acesql.sql.replicas import ReplicaPool
+from acesql.sql.replicas import Replicas
 from acesql.tracking import NullTracker, Tracker
 
 
@@ -104,7 +104,7 @@ class AgentGrpoTrainer:
         self,
         model_dir: str | Path,
         tasks: list[AgentTask],
-        pool: ReplicaPool,
+        replicas: Replicas,
         cfg,
         *,
         seed: int = 0,
@@ -116,7 +116,7 @@ class AgentGrpoTrainer:
         if not tasks:
             raise ConfigError("no agent tasks to train on")
         trajectory_reward(cfg.reward, Trajectory("check"))  # an unknown name fails here
-        self.cfg, self.tasks, self.pool, self.seed = cfg, tasks, pool, seed
+        self.cfg, self.tasks, self.replicas, self.seed = cfg, tasks, replicas, seed
         self.tracker = tracker or NullTracker()
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         torch.manual_seed(seed)
@@ -173,7 +173,7 @@ class AgentGrpoTrainer:
             self.engine,
             self.tokenizer,
             batch,
-            self.pool,
+            self.replicas,
             n=cfg.group_size,
             max_turns=cfg.max_turns,
             temperature=cfg.temperature,

@@ -39,7 +39,7 @@ def debug_judge(tasks_file, task_id, fix, fix_file, timeout_s):
     import tempfile
 
     from acesql.debug.judge import judge
-    from acesql.sql.replicas import ReplicaPool
+    from acesql.sql.replicas import Replicas
 
     if (fix is None) == (fix_file is None):
         raise click.UsageError("give exactly one of --fix and --fix-file")
@@ -47,9 +47,9 @@ def debug_judge(tasks_file, task_id, fix, fix_file, timeout_s):
     text = fix if fix is not None else _read_fix(fix_file)
     with (
         tempfile.TemporaryDirectory(prefix="acesql-replicas-") as scratch,
-        ReplicaPool(scratch, timeout_s=check_timeout(timeout_s)) as pool,
+        Replicas(scratch, timeout_s=check_timeout(timeout_s)) as replicas,
     ):
-        echo_json({"task_id": task.task_id, **judge(task, text, pool).to_dict()})
+        echo_json({"task_id": task.task_id, **judge(task, text, replicas).to_dict()})
 
 
 def _read_fix(path) -> str:
@@ -125,7 +125,7 @@ def run_agent_evaluation(
     from acesql.eval.agent import evaluate_agent
     from acesql.models.base_model import load_tokenizer
     from acesql.models.engine import load_engine
-    from acesql.sql.replicas import ReplicaPool
+    from acesql.sql.replicas import Replicas
 
     tasks = spread(read_tasks(tasks_file), limit)
     engine = load_engine("transformers", model, batch_size=batch_size, progress=False)
@@ -133,13 +133,13 @@ def run_agent_evaluation(
     try:
         with (
             tempfile.TemporaryDirectory(prefix="acesql-replicas-") as scratch,
-            ReplicaPool(scratch, timeout_s=check_timeout(timeout_s)) as pool,
+            Replicas(scratch, timeout_s=check_timeout(timeout_s)) as replicas,
         ):
             return evaluate_agent(
                 engine,
                 load_tokenizer(model),
                 tasks,
-                pool,
+                replicas,
                 out,
                 max_turns=max_turns,
                 max_new_tokens=max_new_tokens,

@@ -27,7 +27,7 @@ from acesql.debug.issues import describe_symptom, write_issue
 from acesql.debug.judge import judge
 from acesql.debug.task import CATEGORIES, DebugTask
 from acesql.errors import ConfigError
-from acesql.sql.replicas import ReplicaPool
+from acesql.sql.replicas import Replicas
 from acesql.sql.sandbox import open_sandboxed
 from acesql.sql.schema import Schema
 
@@ -59,7 +59,7 @@ class BuildConfig:
 
 
 def build_tasks(
-    examples: list[Example], split: str, pool: ReplicaPool, config: BuildConfig
+    examples: list[Example], split: str, replicas: Replicas, config: BuildConfig
 ) -> tuple[list[DebugTask], Counter]:
     """The tasks drawn from one split's prepared examples, and why drafts were dropped."""
     by_db: dict[str, list[Example]] = {}
@@ -72,7 +72,7 @@ def build_tasks(
         if not db_path.is_file():
             rejected["database_missing"] += 1
             continue
-        builder = _DatabaseTasks(db_id, db_path, split, by_db[db_id], pool, config, rejected)
+        builder = _DatabaseTasks(db_id, db_path, split, by_db[db_id], replicas, config, rejected)
         tasks += builder.build()
     return tasks, rejected
 
@@ -80,9 +80,9 @@ def build_tasks(
 class _DatabaseTasks:
     """The tasks of one database: drafts tried in a seeded order until each category is full."""
 
-    def __init__(self, db_id, db_path, split, examples, pool, config, rejected):
+    def __init__(self, db_id, db_path, split, examples, replicas, config, rejected):
         self.db_id, self.db_path, self.split = db_id, db_path, split
-        self.examples, self.pool, self.rejected = examples, pool, rejected
+        self.examples, self.replicas, self.rejected = examples, replicas, rejected
         self.counts = config.counts()
         self.rng = random.Random(f"{config.seed}:{db_id}")
         self.schema = Schema.from_sqlite(db_path, db_id)
@@ -166,9 +166,9 @@ class _DatabaseTasks:
             split=self.split,
             source="synth",
         )
-        broken = judge(task, task.issue_sql, self.pool)
+        broken = judge(task, task.issue_sql, self.replicas)
         problem = _problem(task, broken)
-        if problem is None and not judge(task, task.solution_sql, self.pool).passed:
+        if problem is None and not judge(task, task.solution_sql, self.replicas).passed:
             problem = "solution_not_reproducible"
         if problem:
             self.rejected[problem] += 1

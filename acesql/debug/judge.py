@@ -1,6 +1,6 @@
 """Judging a fix: run it and the solution side by side on private views of one replica.
 
-`judge(task, fix, pool)` never raises on bad SQL: a fix that fails, errs or leaves the
+`judge(task, fix, replicas)` never raises on bad SQL: a fix that fails, errs or leaves the
 wrong result comes back as `Judgment(passed=False, reason=...)`. A task whose own solution
 fails is `usable=False` (it says nothing about the fix).
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from acesql.debug.task import DebugTask
 from acesql.sql.columns import has_order_by
 from acesql.sql.matching import FLOAT_DIGITS, execution_match
-from acesql.sql.replicas import Lease, ReplicaPool, split_statements
+from acesql.sql.replicas import Lease, Replicas, split_statements
 from acesql.sql.sandbox import ExecResult
 from acesql.sql.schema import quote_identifier
 
@@ -38,12 +38,12 @@ class Judgment:
         }
 
 
-def judge(task: DebugTask, fix: str | list[str], pool: ReplicaPool) -> Judgment:
+def judge(task: DebugTask, fix: str | list[str], replicas: Replicas) -> Judgment:
     """Whether `fix` (a script, or its statements) solves `task`; see `DebugTask` for the rule."""
     statements = split_statements(fix) if isinstance(fix, str) else [s for s in fix if s.strip()]
     if not statements:
         return Judgment(False, "fix_error: no SQL")
-    with pool.lease(task.db_path) as mine, pool.lease(task.db_path) as ref:
+    with replicas.lease(task.db_path) as mine, replicas.lease(task.db_path) as ref:
         for sql in task.preprocess_sql:
             done = ref.execute(sql)
             if not done.ok:

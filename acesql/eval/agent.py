@@ -1,7 +1,7 @@
 """Evaluating the agent on debugging tasks: success per category, turns, tokens; paired
 comparison of two evaluations.
 
-    metrics = evaluate_agent(engine, tokenizer, tasks, pool, out=Path("results/agent/base"))
+    metrics = evaluate_agent(engine, tokenizer, tasks, replicas, out=Path("results/agent/base"))
     acesql debug eval --model models/base --tasks data/debug/test_ood.jsonl --out DIR
     acesql debug compare DIR_A DIR_B
 
@@ -27,14 +27,14 @@ from acesql.debug.task import DebugTask
 from acesql.errors import DataError
 from acesql.eval.agent_report import write_agent_report
 from acesql.paired import paired_difference
-from acesql.sql.replicas import ReplicaPool
+from acesql.sql.replicas import Replicas
 
 
 def evaluate_agent(
     engine,
     tokenizer,
     tasks: list[DebugTask],
-    pool: ReplicaPool,
+    replicas: Replicas,
     out: Path,
     max_turns: int = 5,
     max_new_tokens: int = 256,
@@ -54,7 +54,7 @@ def evaluate_agent(
             engine,
             tokenizer,
             [DebugAgentTask(t) for t in part],
-            pool,
+            replicas,
             n=1,
             max_turns=max_turns,
             temperature=0.0,

@@ -8,7 +8,7 @@ it; the kernel can stop a process. So SQL that a model or a user wrote runs in a
 publishes each statement's deadline in shared memory (`sandbox.publish_deadlines`), and its
 parent kills it `KILL_GRACE_S` past that deadline if SQLite has not stopped the statement by
 then. `BatchExecutor`'s workers are such children; `SqlHost` is one for a caller that keeps
-state in the child between calls (`ReplicaPool`'s transactions).
+state in the child between calls (the transactions of `Replicas`).
 
     host = SqlHost(functools.partial(SomeServer, ...))
     value = host.call("method", arg)   # or a `Stopped` when the child had to be killed

@@ -1,11 +1,11 @@
-"""The replica views of a `ReplicaPool`, in the pool's SQL host process (`acesql.sql.host`).
+"""The views of a replica set (`Replicas`), in its SQL host process (`acesql.sql.host`).
 
 Each view is a connection onto a replica file that holds one transaction open for a lease:
 the trajectory's writes stay in memory (rollback journal in memory, no cache spill) and the
 release rolls them back. The authorizer lets the model read and write the `main` and `temp`
 databases and read the schema pragmas of `READ_PRAGMAS`; the model's own transaction control
 runs as savepoints (BEGIN -> SAVEPOINT, COMMIT / END -> RELEASE, ROLLBACK -> ROLLBACK TO and
-RELEASE), so nothing it writes commits. `ReplicaPool` in the parent keeps the trajectory's
+RELEASE), so nothing it writes commits. `Replicas` in the parent keeps the trajectory's
 log of writing statements and replays it here when the transaction was lost.
 
 A view's database may grow by its own size or `max_growth_bytes`, whichever is more, and its
@@ -69,7 +69,7 @@ _FULL = "database or disk is full"
 
 
 class ViewServer:
-    """The views of one pool, by id; every method is called from the parent through
+    """The views of one replicas, by id; every method is called from the parent through
     `SqlHost.call`. `timeout_s`, `max_rows` and `max_bytes` bound each statement as in
     `sandbox.execute`."""
 
@@ -170,7 +170,7 @@ class _View:
             result.error = (
                 f"{_FULL}: the trajectory's writes may grow this database by "
                 f"{self.growth / MIB:.0f} MiB, and its temporary tables as much (its size or "
-                "the pool's max_growth_bytes, whichever is more)"
+                "the replica set's max_growth_bytes, whichever is more)"
             )
         self.touched |= self.writes
         # a statement that failed after changing rows (INSERT OR FAIL) keeps those changes

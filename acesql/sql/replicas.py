@@ -1,20 +1,20 @@
-"""Write-capable SQL on pooled database replicas: one replica per trajectory, restored for free.
+"""Write-capable SQL on database replicas: one replica per trajectory, restored for free.
 
 Stateful tasks (fixing a user's broken SQL, managing data) run INSERT, UPDATE, DELETE and
 CREATE, and a multi-turn trajectory must see its own earlier writes and nobody else's.
 Copying the database for every rollout pays its whole size in reads and writes each time;
 this module copies each database once per worker and undoes each trajectory in memory.
 
-    with ReplicaPool("work/replicas", worker=0) as pool:
-        with pool.lease("data/synth/databases/shop_0001.sqlite") as db:
+    with Replicas("work/replicas", worker=0) as replicas:
+        with replicas.lease("data/synth/databases/shop_0001.sqlite") as db:
             db.execute("UPDATE orders SET status = 'void' WHERE id = 7")
             db.execute("SELECT status FROM orders WHERE id = 7")  # sees 'void'
         # released: the next lease of this replica sees the original database
 
 How it works
-- `ReplicaPool(root, worker=w)` owns `root/worker-<w>/`: one replica file per source
+- `Replicas(root, worker=w)` owns `root/worker-<w>/`: one replica file per source
   database, made on first need with SQLite's backup API (a consistent snapshot, a WAL-mode
-  source's `-wal` included) and kept for later pools of the same worker. A lock file keeps a
+  source's `-wal` included) and kept for later replica sets of the same worker. A lock file keeps a
   second process out of the partition: give each process its own worker number.
 - A lease is a connection onto that file, a private view: it holds one transaction open from
   `lease()` to `release()`, with the rollback journal in memory and cache spilling off, so
@@ -24,7 +24,7 @@ How it works
   file locks and run side by side, each seeing only its own writes; a released view keeps
   its cache of clean pages for the next lease, which finds `changes()`, `total_changes()`
   and `last_insert_rowid()` at 0 whatever the one before wrote.
-- The views live in the pool's SQL host, a child process (`acesql.sql.host`,
+- The views live in the replica set's SQL host, a child process (`acesql.sql.host`,
   `acesql.sql.replica_views`), which is killed when a statement outlives its deadline inside
   one SQLite call, where SQLite cannot stop it: the statement comes back timed out, and
   every lease goes on from its replayed state (below) in a new host.
@@ -82,7 +82,7 @@ from acesql.sql.sandbox import (
     open_readonly,
 )
 
-__all__ = ["READ_PRAGMAS", "Lease", "PoolStats", "ReplicaPool", "split_statements"]
+__all__ = ["READ_PRAGMAS", "Lease", "ReplicaStats", "Replicas", "split_statements"]
 
 MAX_GROWTH_BYTES = 64 * MIB  # a view's database may grow by this, or by its size if more
 LOST = "lost"  # what a call on a view answers when the view went with an earlier host
@@ -106,8 +106,9 @@ def split_statements(sql: str) -> list[str]:
 
 
 @dataclass
-class PoolStats:
-    """What a pool did: replicas made, leases, writing leases, replays after a lost transaction."""
+class ReplicaStats:
+    """What a replica set did: replicas made, leases, writing leases, replays after a lost
+    transaction."""
 
     made: int = 0  # replica files materialised (first use, a source change, a failed check)
     leases: int = 0
@@ -121,7 +122,7 @@ class PoolStats:
 
 @dataclass
 class _View:
-    """A connection in the pool's SQL host onto a replica file: a trajectory's private view
+    """A connection in the replica set's SQL host onto a replica file: a trajectory's private view
     while leased. It lives as long as the host it was opened in (`host`, the host's
     generation)."""
 
@@ -145,7 +146,7 @@ class _Source:
         return self.folder / f"{self.generation}.sqlite"
 
 
-class ReplicaPool:
+class Replicas:
     """Replicas of source databases for one worker process; see the module doc.
 
     `max_leases` bounds the leases of one database at a time (each is a connection with its
@@ -171,7 +172,7 @@ class ReplicaPool:
         self.max_leases = int(max_leases)
         self.timeout_s = check_timeout(timeout_s)
         self.max_rows, self.max_bytes, self.wait_s = max_rows, max_bytes, wait_s
-        self.stats = PoolStats()
+        self.stats = ReplicaStats()
         self._sources: dict[Path, _Source] = {}
         self._cond = threading.Condition()
         self._host = SqlHost(
@@ -184,13 +185,13 @@ class ReplicaPool:
     def lease(self, source: str | Path) -> Lease:
         """A private view of `source` for one trajectory; release it (or use `with`) when done.
 
-        DataError when `source` is no SQLite file; ReplicaError when the pool is closed or
+        DataError when `source` is no SQLite file; ReplicaError when the replica set is closed or
         no lease frees up within `wait_s`.
         """
         path, stamp = _source_stamp(source)
         with self._cond:
             if self._lock_fd is None:
-                raise ReplicaError("the replica pool is closed")
+                raise ReplicaError("the replica set is closed")
             entry = self._source(path, stamp)
             deadline = time.monotonic() + self.wait_s
             waited = False
@@ -233,7 +234,7 @@ class ReplicaPool:
                 self._lock_fd = None
             self._end_host_when_idle()
 
-    def __enter__(self) -> ReplicaPool:
+    def __enter__(self) -> Replicas:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -241,7 +242,7 @@ class ReplicaPool:
 
     # ------------------------------------------------------------------ internals
     def _source(self, path: Path, stamp: tuple) -> _Source:
-        """The pool's entry for `path`: on first use, an existing replica is adopted when its
+        """The replica set's entry for `path`: on first use, an existing replica is adopted when its
         stamp holds; a changed source retires the replica (a new one is made)."""
         entry = self._sources.get(path)
         if entry is None:
@@ -311,7 +312,7 @@ class ReplicaPool:
                 entry.free.append(view)
             else:
                 self._close_view(view)
-                if current and not untouched:  # changed behind the pool's back: made again
+                if current and not untouched:  # changed behind the replica set's back: made again
                     self._retire(entry)
                 elif not current and not entry.leased[view.generation]:
                     _remove_replica(replica)  # the last view of a retired replica
@@ -356,15 +357,15 @@ class Lease:
     """One trajectory's private view of a replica: `execute` runs its statements, `release`
     undoes them all. `path` is the replica file, `source` the database it copies."""
 
-    def __init__(self, pool: ReplicaPool, entry: _Source, view: _View, replica: Path):
-        self.pool, self.source, self.path = pool, entry.path, replica
+    def __init__(self, replicas: Replicas, entry: _Source, view: _View, replica: Path):
+        self.replicas, self.source, self.path = replicas, entry.path, replica
         self.wrote = False
         self._entry, self._view = entry, view
         self._log: list[tuple[str, bool]] = []  # (statement, ok): what a replay runs again
         self._broken: str | None = None
-        if pool._call(view, "begin") is not None:  # the view went with its host: a new one
-            self._view = pool._open_view(replica, view.generation)
-            if pool._call(self._view, "begin") is not None:
+        if replicas._call(view, "begin") is not None:  # the view went with its host: a new one
+            self._view = replicas._open_view(replica, view.generation)
+            if replicas._call(self._view, "begin") is not None:
                 raise ReplicaError("the replica host process died while a lease began")
 
     def execute(self, sql: str) -> ExecResult:
@@ -377,13 +378,13 @@ class Lease:
             problem = self._broken
         if problem:
             return _failed(problem, start)
-        if not self.pool._live(self._view):  # its host was killed, for this lease or another
+        if not self.replicas._live(self._view):  # its host was killed, for this lease or another
             self._recover()
             if self._broken:
                 return _failed(self._broken, start)
-        reply = self.pool._call(self._view, "run", sql, start)
+        reply = self.replicas._call(self._view, "run", sql, start)
         if isinstance(reply, Stopped) or reply is LOST:  # the next statement replays the log
-            return _stopped(reply, self.pool.timeout_s, start)
+            return _stopped(reply, self.replicas.timeout_s, start)
         result, logged, in_transaction = reply
         if not in_transaction:
             self._recover()
@@ -406,7 +407,7 @@ class Lease:
         if self._view is None:
             return
         view, self._view = self._view, None
-        self.pool._release(self._entry, view, self.path, self.wrote)
+        self.replicas._release(self._entry, view, self.path, self.wrote)
 
     def __enter__(self) -> Lease:
         return self
@@ -417,10 +418,10 @@ class Lease:
     def _recover(self) -> None:
         """The transaction was lost (SQLite rolled it back, or its host was killed): begin
         again, on a new view if the old one went with its host, and replay the writes."""
-        self.pool.stats.replays += 1
-        if not self.pool._live(self._view):
-            self._view = self.pool._open_view(self.path, self._view.generation)
-        reply = self.pool._call(self._view, "replay", self._log, time.monotonic())
+        self.replicas.stats.replays += 1
+        if not self.replicas._live(self._view):
+            self._view = self.replicas._open_view(self.path, self._view.generation)
+        reply = self.replicas._call(self._view, "replay", self._log, time.monotonic())
         if reply is None:
             return
         if isinstance(reply, str):
@@ -429,10 +430,10 @@ class Lease:
                 f"transaction and {reply})"
             )
             return
-        stopped = _stopped(reply, self.pool.timeout_s, 0.0).error
+        stopped = _stopped(reply, self.replicas.timeout_s, 0.0).error
         self._broken = f"this trajectory's earlier writes were lost (replaying them: {stopped})"
-        self._view = self.pool._open_view(self.path, self._view.generation)
-        self.pool._call(self._view, "begin")
+        self._view = self.replicas._open_view(self.path, self._view.generation)
+        self.replicas._call(self._view, "begin")
 
 
 # ---------------------------------------------------------------------- helpers

@@ -26,7 +26,7 @@ What the sandbox does:
   `printf('%.*c', 2000000000, 'x')`): in a process that called `publish_deadlines`, each
   statement's deadline is also written where the parent reads it, and the parent kills the
   process when a statement outlives it (`acesql.sql.host`). `BatchExecutor` and
-  `ReplicaPool` run SQL that way; `execute` here, in the calling process, does not;
+  `Replicas` run SQL that way; `execute` here, in the calling process, does not;
 - bounds the bytes of a result row before it exists: a query first runs with SQLite's length
   limit (`SQLITE_LIMIT_LENGTH`) at `max_bytes` divided by the most columns a result may have
   (`SQLITE_LIMIT_COLUMN`, 2000); one that hits it (a value over 32 KiB by default) runs again

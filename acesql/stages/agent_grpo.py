@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask, require_model, training_mix
 from acesql.agent.trainer import AgentGrpoTrainer
-from acesql.sql.replicas import ReplicaPool
+from acesql.sql.replicas import Replicas
 from acesql.stages.common import run_stage, write_metrics
 
 
@@ -35,9 +35,9 @@ def stage(name: str):
         tasks = [DebugAgentTask(t) for t in debug] + [QuestionAgentTask(e) for e in questions]
         with (
             tempfile.TemporaryDirectory(prefix="acesql-replicas-") as scratch,
-            ReplicaPool(scratch, timeout_s=cfg.timeout_s) as pool,
+            Replicas(scratch, timeout_s=cfg.timeout_s) as replicas,
         ):
-            trainer = AgentGrpoTrainer(model, tasks, pool, cfg, seed=base.seed, tracker=tracker)
+            trainer = AgentGrpoTrainer(model, tasks, replicas, cfg, seed=base.seed, tracker=tracker)
             bar = tqdm(total=cfg.steps, desc=name, unit="step")
             try:
                 summary = trainer.train(base.models_dir / name, progress=bar.update)

@@ -28,7 +28,7 @@ from acesql.agent.demos import debug_demonstration, question_demonstration
 from acesql.agent.tasks import DebugAgentTask, QuestionAgentTask, require_model, training_mix
 from acesql.models.base_model import load_tokenizer
 from acesql.sft.trainer import train_sft
-from acesql.sql.replicas import ReplicaPool
+from acesql.sql.replicas import Replicas
 from acesql.stages.common import run_stage, write_metrics
 
 
@@ -39,16 +39,16 @@ def build_records(base, cfg, tokenizer, name: str) -> tuple[list[dict], dict]:
     records, counts = [], {"debug_tasks": len(tasks), "single_turn": len(single)}
     with (
         tempfile.TemporaryDirectory(prefix="acesql-replicas-") as scratch,
-        ReplicaPool(scratch, timeout_s=cfg.timeout_s) as pool,
+        Replicas(scratch, timeout_s=cfg.timeout_s) as replicas,
     ):
         for i, task in enumerate(tqdm(tasks, desc="demonstrations", unit="task")):
             agent_task = DebugAgentTask(task)
-            records += debug_demonstration(agent_task, pool, tokenizer, cfg.max_turns)
+            records += debug_demonstration(agent_task, replicas, tokenizer, cfg.max_turns)
             if i in single:
-                records += debug_demonstration(agent_task, pool, tokenizer, 1)
+                records += debug_demonstration(agent_task, replicas, tokenizer, 1)
         for example in questions:
             records += question_demonstration(
-                QuestionAgentTask(example), pool, tokenizer, cfg.max_turns
+                QuestionAgentTask(example), replicas, tokenizer, cfg.max_turns
             )
     counts["questions"] = len(questions)
     counts["records"] = len(records)

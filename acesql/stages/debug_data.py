@@ -24,7 +24,7 @@ from acesql.data.loaders import read_prepared
 from acesql.debug.build import BuildConfig, build_tasks, summarize
 from acesql.debug.task import write_tasks
 from acesql.errors import DataError
-from acesql.sql.replicas import ReplicaPool
+from acesql.sql.replicas import Replicas
 from acesql.stages.common import run_stage, write_metrics
 from acesql.staging import replace_dir
 from acesql.tracking import flatten
@@ -47,12 +47,12 @@ def work(s: dict, tracker) -> dict:
     all_tasks, rejected, by_split = [], Counter(), {}
     with (
         tempfile.TemporaryDirectory(prefix="acesql-replicas-") as scratch,
-        ReplicaPool(scratch, timeout_s=cfg.timeout_s) as pool,
+        Replicas(scratch, timeout_s=cfg.timeout_s) as replicas,
         replace_dir(base.data_dir / "debug") as out,
     ):
         for split in tqdm(present, desc="debug_data", unit="split"):
             examples = read_prepared(prepared / f"{split}.jsonl")
-            tasks, dropped = build_tasks(examples, split, pool, config)
+            tasks, dropped = build_tasks(examples, split, replicas, config)
             write_tasks(out / f"{split}.jsonl", tasks)
             by_split[split] = summarize(tasks, dropped)
             all_tasks += tasks

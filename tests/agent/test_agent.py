@@ -11,7 +11,7 @@ from acesql.data.loaders import Example
 from acesql.debug.task import DebugTask
 from acesql.models.engine import Completion, Engine
 from acesql.sql.observation import render_observation
-from acesql.sql.replicas import ReplicaPool
+from acesql.sql.replicas import Replicas
 from acesql.sql.sandbox import ExecResult
 
 
@@ -46,9 +46,9 @@ class ChatTokenizer:
 
 
 @pytest.fixture()
-def pool(tmp_path):
-    with ReplicaPool(tmp_path / "replicas", timeout_s=10) as pool:
-        yield pool
+def replicas(tmp_path):
+    with Replicas(tmp_path / "replicas", timeout_s=10) as replicas:
+        yield replicas
 
 
 def debug_task(db, mark="", **fields) -> DebugAgentTask:
@@ -80,7 +80,7 @@ def test_actions_and_observations():
     assert render_observation(long, max_chars=100).endswith("(output cut)")
 
 
-def test_a_trajectory_probes_tries_a_write_and_submits(pool, school_db):
+def test_a_trajectory_probes_tries_a_write_and_submits(replicas, school_db):
     engine = ScriptedEngine(
         [
             [
@@ -91,7 +91,7 @@ def test_a_trajectory_probes_tries_a_write_and_submits(pool, school_db):
             ]
         ]
     )
-    (group,) = run_episodes(engine, ChatTokenizer(), [debug_task(school_db)], pool, max_turns=5)
+    (group,) = run_episodes(engine, ChatTokenizer(), [debug_task(school_db)], replicas, max_turns=5)
     (trajectory,) = group
     assert trajectory.finish == "submitted" and trajectory.passed and trajectory.reward == 1.0
     observations = [t.observation for t in trajectory.turns]
@@ -103,16 +103,16 @@ def test_a_trajectory_probes_tries_a_write_and_submits(pool, school_db):
     assert trajectory.turns[1].prompt.count("<|im_start|>assistant") == 2
 
 
-def test_the_submission_is_judged_apart_from_what_the_trajectory_did(pool, school_db):
+def test_the_submission_is_judged_apart_from_what_the_trajectory_did(replicas, school_db):
     engine = ScriptedEngine([["<sql>DELETE FROM course</sql>", "<submit>SELECT 1</submit>"]])
-    (group,) = run_episodes(engine, ChatTokenizer(), [debug_task(school_db)], pool, max_turns=3)
+    (group,) = run_episodes(engine, ChatTokenizer(), [debug_task(school_db)], replicas, max_turns=3)
     assert group[0].finish == "submitted" and not group[0].passed
     assert group[0].verdict.startswith("state:")
 
 
-def test_malformed_turns_cost_turns_and_the_budget_ends_the_trajectory(pool, school_db):
+def test_malformed_turns_cost_turns_and_the_budget_ends_the_trajectory(replicas, school_db):
     engine = ScriptedEngine([["I am not sure.", "Still thinking", "Maybe"]])
-    (group,) = run_episodes(engine, ChatTokenizer(), [debug_task(school_db)], pool, max_turns=3)
+    (group,) = run_episodes(engine, ChatTokenizer(), [debug_task(school_db)], replicas, max_turns=3)
     (trajectory,) = group
     assert trajectory.finish == "turn_budget" and trajectory.submission is None
     assert trajectory.reward == 0.0 and trajectory.verdict == "no submission"
@@ -121,7 +121,7 @@ def test_malformed_turns_cost_turns_and_the_budget_ends_the_trajectory(pool, sch
     assert "0 turn(s) left" in trajectory.turns[2].observation
 
 
-def test_trajectories_of_a_group_write_apart_and_advance_in_one_batch(pool, school_db):
+def test_trajectories_of_a_group_write_apart_and_advance_in_one_batch(replicas, school_db):
     tasks = [debug_task(school_db, "[trajectory 0]"), debug_task(school_db, "[trajectory 1]")]
     engine = ScriptedEngine(
         [
@@ -137,7 +137,7 @@ def test_trajectories_of_a_group_write_apart_and_advance_in_one_batch(pool, scho
             ],
         ]
     )
-    groups = run_episodes(engine, ChatTokenizer(), tasks, pool, n=2, max_turns=4)
+    groups = run_episodes(engine, ChatTokenizer(), tasks, replicas, n=2, max_turns=4)
     assert [len(g) for g in groups] == [2, 2]
     assert all(len(call) == 4 for call in engine.calls)  # 4 live trajectories per turn
     first, second = groups[0][0], groups[1][0]
@@ -147,7 +147,7 @@ def test_trajectories_of_a_group_write_apart_and_advance_in_one_batch(pool, scho
     assert [t.passed for t in groups[1]] == [False, False]
 
 
-def test_preprocess_statements_run_on_every_view_first(pool, school_db):
+def test_preprocess_statements_run_on_every_view_first(replicas, school_db):
     task = debug_task(
         school_db,
         preprocess_sql=["CREATE TABLE audit (id)"],
@@ -157,21 +157,21 @@ def test_preprocess_statements_run_on_every_view_first(pool, school_db):
     engine = ScriptedEngine(
         [["<sql>SELECT COUNT(*) FROM audit</sql>", "<submit>INSERT INTO audit VALUES (1)</submit>"]]
     )
-    (group,) = run_episodes(engine, ChatTokenizer(), [task], pool, max_turns=2)
+    (group,) = run_episodes(engine, ChatTokenizer(), [task], replicas, max_turns=2)
     assert group[0].turns[0].observation.startswith("Result:\nCOUNT(*)\n0")
     assert group[0].passed
     assert "Already run on this database" in group[0].turns[0].prompt
 
 
-def test_question_tasks_are_matched_on_the_result(pool, school_db):
+def test_question_tasks_are_matched_on_the_result(replicas, school_db):
     example = Example(
         0, "school", "How many students?", "SELECT COUNT(*) FROM student", str(school_db)
     )
     task = QuestionAgentTask(example)
-    assert task.score("SELECT COUNT(StudentID) FROM student", pool).passed
-    wrong = task.score("SELECT COUNT(*) FROM course", pool)
+    assert task.score("SELECT COUNT(StudentID) FROM student", replicas).passed
+    wrong = task.score("SELECT COUNT(*) FROM course", replicas)
     assert not wrong.passed and wrong.got.rows != wrong.expected.rows
-    two = task.score("SELECT 1; SELECT 2", pool)
+    two = task.score("SELECT 1; SELECT 2", replicas)
     assert not two.passed and "exactly one query" in two.reason
     assert "How many students?" in task.messages(3)[1]["content"]
 
@@ -186,7 +186,7 @@ def test_a_one_turn_opening_asks_for_the_submission_at_once(school_db):
         assert task.messages(3)[1]["content"].endswith("You have 3 turns.")
 
 
-def test_episodes_with_a_tiny_model(pool, school_db, tiny_model_dir):
+def test_episodes_with_a_tiny_model(replicas, school_db, tiny_model_dir):
     """Six random tokens a turn never close an action: each trajectory is told so, takes both
     its turns and ends without a submission; the same seed replays the same episodes."""
     from acesql.agent.episode import render_chat
@@ -201,7 +201,7 @@ def test_episodes_with_a_tiny_model(pool, school_db, tiny_model_dir):
         engine = load_engine("transformers", tiny_model_dir, device="cpu")
         try:
             (group,) = run_episodes(
-                engine, tokenizer, [task], pool, n=2, max_turns=2, max_new_tokens=6, seed=0
+                engine, tokenizer, [task], replicas, n=2, max_turns=2, max_new_tokens=6, seed=0
             )
         finally:
             engine.close()
@@ -232,7 +232,7 @@ def test_episodes_with_a_tiny_model(pool, school_db, tiny_model_dir):
     assert [t.to_dict() for t in episodes()] == [t.to_dict() for t in group]
 
 
-def test_agent_evaluation_resumes_summarizes_and_compares(pool, school_db, tmp_path):
+def test_agent_evaluation_resumes_summarizes_and_compares(replicas, school_db, tmp_path):
     from acesql.debug.task import spread
     from acesql.eval.agent import compare, evaluate_agent, read_rows
 
@@ -246,7 +246,7 @@ def test_agent_evaluation_resumes_summarizes_and_compares(pool, school_db, tmp_p
     assert [t.task_id for t in spread(tasks, None)] == ["t0", "t1", "t2"]
     assert [t.category for t in spread(tasks[::2], None)] == ["management", "query"]
     good = ScriptedEngine([["<submit>DELETE FROM course</submit>"]] * 2 + [["<submit>x</submit>"]])
-    metrics = evaluate_agent(good, ChatTokenizer(), tasks, pool, tmp_path / "a", chunk=2)
+    metrics = evaluate_agent(good, ChatTokenizer(), tasks, replicas, tmp_path / "a", chunk=2)
     assert metrics["n"] == 3 and metrics["success"] == 2 / 3
     assert metrics["by_category"]["management"]["success"] == 1.0
     assert metrics["by_category"]["query"]["success"] == 0.0
@@ -255,10 +255,10 @@ def test_agent_evaluation_resumes_summarizes_and_compares(pool, school_db, tmp_p
     report = (tmp_path / "a" / "report.html").read_text()
     assert "<img" in report and "<h3>query</h3>" in report
     assert "<b>t2</b>" in report and "&lt;submit&gt;x" in report  # the failed one, shown
-    again = evaluate_agent(good, ChatTokenizer(), tasks, pool, tmp_path / "a")
+    again = evaluate_agent(good, ChatTokenizer(), tasks, replicas, tmp_path / "a")
     assert again == metrics and len(good.calls) == 2  # resumed: no new generation
     bad = ScriptedEngine([["no idea"]] * 3)
-    evaluate_agent(bad, ChatTokenizer(), tasks, pool, tmp_path / "b", max_turns=1)
+    evaluate_agent(bad, ChatTokenizer(), tasks, replicas, tmp_path / "b", max_turns=1)
     paired = compare(read_rows(tmp_path / "a"), read_rows(tmp_path / "b"))
     assert paired["all"]["n"] == 3 and paired["all"]["a_only"] == 2
     assert paired["all"]["b_minus_a"] == pytest.approx(-2 / 3)
@@ -284,23 +284,23 @@ def test_debug_eval_command_with_a_tiny_model(school_db, tmp_path, tiny_model_di
     assert metrics["n"] == 2 and (out / "trajectories.jsonl").is_file()
 
 
-def test_demonstrations_are_the_episodes_the_agent_would_run(pool, school_db, synth_dir):
+def test_demonstrations_are_the_episodes_the_agent_would_run(replicas, school_db, synth_dir):
     from acesql.agent.demos import debug_demonstration, question_demonstration
     from acesql.data.loaders import load_dataset
     from acesql.debug.build import BuildConfig, build_tasks
 
     examples = load_dataset(synth_dir, "synth", "test_ood").examples
-    tasks, _ = build_tasks(examples, "test_ood", pool, BuildConfig(tasks_per_db=6))
+    tasks, _ = build_tasks(examples, "test_ood", replicas, BuildConfig(tasks_per_db=6))
     agent_tasks = [DebugAgentTask(t) for t in tasks] + [QuestionAgentTask(examples[0])]
     tokenizer = ChatTokenizer()
     for task in agent_tasks:
         maker = (
             question_demonstration if isinstance(task, QuestionAgentTask) else debug_demonstration
         )
-        records = maker(task, pool, tokenizer, max_turns=3)
+        records = maker(task, replicas, tokenizer, max_turns=3)
         assert records[-1]["response"].count("<submit>") == 1
         engine = ScriptedEngine([[r["response"] for r in records]])
-        (group,) = run_episodes(engine, tokenizer, [task], pool, max_turns=3)
+        (group,) = run_episodes(engine, tokenizer, [task], replicas, max_turns=3)
         (trajectory,) = group
         assert trajectory.passed, (task.task_id, trajectory.verdict)
         assert [t.prompt for t in trajectory.turns] == [r["prompt"] for r in records]

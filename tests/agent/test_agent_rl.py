@@ -101,15 +101,15 @@ def test_a_step_with_a_signal_moves_each_answer_the_way_of_its_advantage(
 ):
     from acesql.agent.episode import render_chat
     from acesql.agent.trainer import AgentGrpoTrainer
-    from acesql.sql.replicas import ReplicaPool
+    from acesql.sql.replicas import Replicas
 
     task = clear_the_course_table(school_db)
     cfg = AgentGrpoSection(
         steps=1, tasks_per_step=1, group_size=2, max_turns=1, learning_rate=1e-3, beta=0.0
     )
     solves, fails = "<submit>DELETE FROM course</submit>", "<submit>SELECT 1</submit>"
-    with ReplicaPool(tmp_path / "r") as pool:
-        trainer = AgentGrpoTrainer(tiny_model_dir, [task], pool, cfg, device="cpu")
+    with Replicas(tmp_path / "r") as replicas:
+        trainer = AgentGrpoTrainer(tiny_model_dir, [task], replicas, cfg, device="cpu")
         opening = render_chat(trainer.tokenizer, task.messages(cfg.max_turns))
         prompts = []
 
@@ -143,7 +143,7 @@ def test_a_step_of_equal_rewards_makes_no_update_when_flat_groups_are_skipped(
     tmp_path, school_db, tiny_model_dir
 ):
     from acesql.agent.trainer import AgentGrpoTrainer
-    from acesql.sql.replicas import ReplicaPool
+    from acesql.sql.replicas import Replicas
 
     task = clear_the_course_table(school_db)
     cfg = AgentGrpoSection(
@@ -154,8 +154,8 @@ def test_a_step_of_equal_rewards_makes_no_update_when_flat_groups_are_skipped(
         learning_rate=1e-3,
         skip_flat_groups=True,
     )
-    with ReplicaPool(tmp_path / "r") as pool:
-        trainer = AgentGrpoTrainer(tiny_model_dir, [task], pool, cfg, device="cpu")
+    with Replicas(tmp_path / "r") as replicas:
+        trainer = AgentGrpoTrainer(tiny_model_dir, [task], replicas, cfg, device="cpu")
 
         class Scripted:  # both trajectories fail: one flat group
             def generate(self, prompts, **options):

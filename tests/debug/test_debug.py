@@ -15,7 +15,7 @@ from acesql.debug.intents import MANAGEMENT, PERSONALIZATION
 from acesql.debug.judge import judge
 from acesql.debug.task import DebugTask, read_tasks, write_tasks
 from acesql.errors import ConfigError, DataError
-from acesql.sql.replicas import ReplicaPool
+from acesql.sql.replicas import Replicas
 from acesql.sql.sandbox import open_sandboxed
 from acesql.sql.schema import Schema
 
@@ -23,9 +23,9 @@ BUG_CASES = json.loads((Path(__file__).parents[1] / "fixtures" / "debug_bugs.jso
 
 
 @pytest.fixture()
-def pool(tmp_path):
-    with ReplicaPool(tmp_path / "replicas", timeout_s=10) as pool:
-        yield pool
+def replicas(tmp_path):
+    with Replicas(tmp_path / "replicas", timeout_s=10) as replicas:
+        yield replicas
 
 
 def task(db, category="query", **fields) -> DebugTask:
@@ -57,29 +57,29 @@ def test_an_unknown_bug_names_the_known_ones(schemas):
         inject("SELECT 1", "typo", schemas["school"], random.Random(0))
 
 
-def test_a_query_fix_passes_on_the_same_rows_in_any_column_order(pool, school_db):
+def test_a_query_fix_passes_on_the_same_rows_in_any_column_order(replicas, school_db):
     t = task(school_db, solution_sql=["SELECT name, age FROM student WHERE age > 20"])
-    assert judge(t, "SELECT age, name FROM student WHERE NOT age <= 20", pool).passed
-    wrong = judge(t, "SELECT name, age FROM student WHERE age >= 20", pool)
+    assert judge(t, "SELECT age, name FROM student WHERE NOT age <= 20", replicas).passed
+    wrong = judge(t, "SELECT name, age FROM student WHERE age >= 20", replicas)
     assert not wrong.passed and wrong.usable and wrong.reason != "pass"
-    broken = judge(t, "SELECT nam FROM student", pool)
+    broken = judge(t, "SELECT nam FROM student", replicas)
     assert not broken.passed and broken.reason.startswith("fix_error (statement 1 of 1)")
-    assert not judge(t, "  ", pool).passed
+    assert not judge(t, "  ", replicas).passed
 
 
-def test_a_management_fix_is_judged_on_the_state_it_leaves(pool, school_db):
+def test_a_management_fix_is_judged_on_the_state_it_leaves(replicas, school_db):
     t = task(
         school_db,
         "management",
         solution_sql=["UPDATE student SET gpa = 0 WHERE age IS NOT NULL", "DELETE FROM course"],
     )
     same = "DELETE FROM course WHERE 1; UPDATE student SET gpa = 0.0 WHERE NOT age IS NULL"
-    assert judge(t, same, pool).passed
+    assert judge(t, same, replicas).passed
     judgment = judge(
-        t, ["UPDATE student SET gpa = 0 WHERE age <> NULL", "DELETE FROM course"], pool
+        t, ["UPDATE student SET gpa = 0 WHERE age <> NULL", "DELETE FROM course"], replicas
     )
     assert not judgment.passed and judgment.reason == "state: table student differs"
-    extra = judge(t, [*t.solution_sql, "CREATE TABLE note (x)"], pool)
+    extra = judge(t, [*t.solution_sql, "CREATE TABLE note (x)"], replicas)
     assert not extra.passed and "extra" in extra.reason
 
 
@@ -92,14 +92,14 @@ def test_a_management_fix_is_judged_on_the_state_it_leaves(pool, school_db):
     ],
     ids=["temp-view-hides-the-table", "temp-table-hides-the-table", "a-temp-table-beside"],
 )
-def test_a_temp_object_is_part_of_the_state_and_cannot_hide_a_table(pool, school_db, fix):
+def test_a_temp_object_is_part_of_the_state_and_cannot_hide_a_table(replicas, school_db, fix):
     t = task(school_db, "management", solution_sql=["DELETE FROM student WHERE age > 40"])
-    judgment = judge(t, fix, pool)
+    judgment = judge(t, fix, replicas)
     assert not judgment.passed and judgment.reason.startswith("state: schema objects differ")
     assert "temp" in judgment.reason
 
 
-def test_checks_run_on_both_sides_after_the_fix(pool, school_db):
+def test_checks_run_on_both_sides_after_the_fix(replicas, school_db):
     t = task(
         school_db,
         "personalization",
@@ -113,27 +113,29 @@ def test_checks_run_on_both_sides_after_the_fix(pool, school_db):
             "SELECT id FROM gone",
         ],
     )
-    assert judge(t, t.solution_sql, pool).passed
-    wrong = judge(t, [t.solution_sql[0].replace("AFTER DELETE", "AFTER UPDATE")], pool)
+    assert judge(t, t.solution_sql, replicas).passed
+    wrong = judge(t, [t.solution_sql[0].replace("AFTER DELETE", "AFTER UPDATE")], replicas)
     assert not wrong.passed and wrong.reason == "state: check 2 differs"
     assert wrong.checks[1][0].rows == [] and len(wrong.checks[1][1].rows) == 1
 
 
-def test_a_task_whose_solution_fails_is_unusable(pool, school_db):
+def test_a_task_whose_solution_fails_is_unusable(replicas, school_db):
     t = task(school_db, solution_sql=["SELECT nope FROM student"])
-    judgment = judge(t, "SELECT 1", pool)
+    judgment = judge(t, "SELECT 1", replicas)
     assert not judgment.passed and not judgment.usable
 
 
-def test_judging_never_touches_the_database(pool, school_db):
+def test_judging_never_touches_the_database(replicas, school_db):
     before = school_db.read_bytes()
     t = task(school_db, "management", solution_sql=["DELETE FROM student"])
-    judge(t, "DROP TABLE student", pool)
+    judge(t, "DROP TABLE student", replicas)
     assert school_db.read_bytes() == before
 
 
 @pytest.mark.parametrize("name", sorted(MANAGEMENT) + sorted(PERSONALIZATION))
-def test_intent_rules_give_working_solutions_and_broken_issues(name, pool, school_db, synth_dir):
+def test_intent_rules_give_working_solutions_and_broken_issues(
+    name, replicas, school_db, synth_dir
+):
     rule = {**MANAGEMENT, **PERSONALIZATION}[name]
     databases = [school_db, *sorted(synth_dir.glob("databases/*/*.sqlite"))]
     drafts = []
@@ -154,25 +156,25 @@ def test_intent_rules_give_working_solutions_and_broken_issues(name, pool, schoo
             preprocess_sql=draft.preprocess_sql,
             checks=draft.checks,
         )
-        assert judge(t, t.solution_sql, pool).passed, draft
-        broken = judge(t, t.issue_sql, pool)
+        assert judge(t, t.solution_sql, replicas).passed, draft
+        broken = judge(t, t.issue_sql, replicas)
         assert broken.usable, draft
         broken_ones += not broken.passed
     assert broken_ones  # drafts whose issue changes nothing are dropped by the builder
 
 
-def test_tasks_from_synthetic_data_are_verified_and_keep_their_split(pool, synth_dir):
+def test_tasks_from_synthetic_data_are_verified_and_keep_their_split(replicas, synth_dir):
     config = BuildConfig(tasks_per_db=6, seed=0)
     examples = load_dataset(synth_dir, "synth", "test_ood").examples
-    tasks, rejected = build_tasks(examples, "test_ood", pool, config)
+    tasks, rejected = build_tasks(examples, "test_ood", replicas, config)
     assert tasks and {t.split for t in tasks} == {"test_ood"}
     assert {t.category for t in tasks} <= {"query", "management", "personalization"}
     for t in tasks:
-        assert judge(t, t.solution_sql, pool).passed
-        assert not judge(t, t.issue_sql, pool).passed
+        assert judge(t, t.solution_sql, replicas).passed
+        assert not judge(t, t.issue_sql, replicas).passed
         assert t.issue_sql[0].rstrip(";") in t.issue
         assert t.solution_sql[0] not in t.issue
-    again, _ = build_tasks(examples, "test_ood", pool, config)
+    again, _ = build_tasks(examples, "test_ood", replicas, config)
     assert [t.to_dict() for t in again] == [t.to_dict() for t in tasks]
     summary = summarize(tasks, rejected)
     assert summary["tasks"] == len(tasks) == sum(summary["by_category"].values())
@@ -203,7 +205,7 @@ def test_tasks_round_trip_and_bad_lines_are_named(tmp_path, school_db):
         read_tasks(tmp_path / "missing.jsonl")
 
 
-def test_bird_critic_records_become_judgeable_tasks(pool, school_db, tmp_path):
+def test_bird_critic_records_become_judgeable_tasks(replicas, school_db, tmp_path):
     from acesql.debug.bird_critic import load_bird_critic
 
     fixture = Path(__file__).parents[1] / "fixtures" / "bird_critic_sample.jsonl"
@@ -215,8 +217,8 @@ def test_bird_critic_records_become_judgeable_tasks(pool, school_db, tmp_path):
     assert '"dept_id"' in tasks[0].solution_sql[0]  # MySQL backticks, translated
     for t in tasks:
         assert t.source == "bird-critic" and t.issue
-        assert judge(t, t.solution_sql, pool).passed
-        assert not judge(t, t.issue_sql, pool).passed
+        assert judge(t, t.solution_sql, replicas).passed
+        assert not judge(t, t.issue_sql, replicas).passed
     bad = tmp_path / "bad.jsonl"
     bad.write_text(fixture.read_text() + '{"query": "no database"}\n')
     with pytest.raises(DataError, match=r"bad.jsonl:7: no selected_database"):

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from acesql.cli import cli
 from acesql.sql.batch_executor import BatchExecutor
-from acesql.sql.replicas import ReplicaPool
+from acesql.sql.replicas import Replicas
 
 TIMEOUT = 0.5
 # past the deadline: the kill grace (0.2 s) and, on two busy shared cores, the scheduler
@@ -72,8 +72,8 @@ def test_sql_exec_and_match_stop_one_long_call(school_db, long_call):
 
 
 def test_a_replica_lease_stops_one_long_call_and_keeps_its_state(tmp_path, school_db, long_call):
-    with ReplicaPool(tmp_path / "r", timeout_s=TIMEOUT) as pool:
-        with pool.lease(school_db) as db, pool.lease(school_db) as other:
+    with Replicas(tmp_path / "r", timeout_s=TIMEOUT) as replicas:
+        with replicas.lease(school_db) as db, replicas.lease(school_db) as other:
             assert db.execute("DELETE FROM student WHERE StudentID > 10").ok
             assert other.execute("DELETE FROM student WHERE StudentID > 20").ok
             result, wall = _timed(lambda: db.execute(long_call))
@@ -82,7 +82,7 @@ def test_a_replica_lease_stops_one_long_call_and_keeps_its_state(tmp_path, schoo
             # both trajectories go on from their own state
             assert db.execute("SELECT count(*) FROM student").rows == [(10,)]
             assert other.execute("SELECT count(*) FROM student").rows == [(20,)]
-        with pool.lease(school_db) as db:
+        with replicas.lease(school_db) as db:
             assert db.execute("SELECT count(*) FROM student").rows == [(60,)]
 
 
@@ -99,8 +99,8 @@ def test_debug_judge_stops_a_fix_with_one_long_call(tmp_path, school_db, long_ca
         issue_sql=["SELECT 1"],
         solution_sql=["SELECT count(*) FROM student"],
     )
-    with ReplicaPool(tmp_path / "r", timeout_s=TIMEOUT) as pool:
-        verdict, wall = _timed(lambda: judge(task, long_call, pool))
+    with Replicas(tmp_path / "r", timeout_s=TIMEOUT) as replicas:
+        verdict, wall = _timed(lambda: judge(task, long_call, replicas))
     assert not verdict.passed and "timeout" in verdict.reason
     assert wall < TIMEOUT + SLACK + 0.5
 

@@ -1,4 +1,4 @@
-"""The replica pool: trajectories see their own writes and nobody else's, and leave no trace."""
+"""The replica set: trajectories see their own writes and nobody else's, and leave no trace."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from acesql.errors import DataError, ReplicaError
-from acesql.sql.replicas import ReplicaPool, split_statements
+from acesql.sql.replicas import Replicas, split_statements
 
 
 def sha(path: Path) -> str:
@@ -38,18 +38,18 @@ def source(tmp_path) -> Path:
 
 
 @pytest.fixture()
-def pool(tmp_path):
-    with ReplicaPool(tmp_path / "replicas", worker=0, max_leases=4, timeout_s=5) as pool:
-        yield pool
+def replicas(tmp_path):
+    with Replicas(tmp_path / "replicas", worker=0, max_leases=4, timeout_s=5) as replicas:
+        yield replicas
 
 
 def count(lease, where="1") -> int:
     return lease.execute(f"SELECT COUNT(*) FROM item WHERE {where}").rows[0][0]
 
 
-def test_a_trajectory_sees_its_own_writes_and_the_release_undoes_them(pool, source):
+def test_a_trajectory_sees_its_own_writes_and_the_release_undoes_them(replicas, source):
     before = sha(source)
-    with pool.lease(source) as db:
+    with replicas.lease(source) as db:
         result = db.execute("UPDATE item SET qty = 0 WHERE id <= 10")
         assert result.ok and result.rows_affected == 10
         assert db.execute("DELETE FROM item WHERE id > 1000").rows_affected == 1000
@@ -61,27 +61,31 @@ def test_a_trajectory_sees_its_own_writes_and_the_release_undoes_them(pool, sour
         replica = db.path
         replica_before = sha(replica)
     assert sha(replica) == replica_before  # nothing ever reached the replica's file
-    with pool.lease(source) as db:
+    with replicas.lease(source) as db:
         assert db.path == replica  # the same replica, reused
         assert count(db) == 2000 and count(db, "qty = 0") == 2000 // 7
         assert not db.execute("SELECT * FROM note").ok
     assert sha(source) == before
-    assert pool.stats.made == 1 and pool.stats.leases == 2 and pool.stats.writing_leases == 1
+    assert (
+        replicas.stats.made == 1
+        and replicas.stats.leases == 2
+        and replicas.stats.writing_leases == 1
+    )
 
 
-def test_a_replica_is_never_the_source_file(pool, source):
-    with pool.lease(source) as db:
+def test_a_replica_is_never_the_source_file(replicas, source):
+    with replicas.lease(source) as db:
         assert db.path.resolve() != source.resolve()
-        assert pool.folder in db.path.parents
+        assert replicas.folder in db.path.parents
 
 
-def test_concurrent_trajectories_with_conflicting_writes_see_only_their_own(pool, source):
+def test_concurrent_trajectories_with_conflicting_writes_see_only_their_own(replicas, source):
     barrier = threading.Barrier(4)
     seen, errors = {}, []
 
     def trajectory(k: int) -> None:
         try:
-            with pool.lease(source) as db:
+            with replicas.lease(source) as db:
                 db.execute(f"UPDATE item SET name = 'mine{k}', qty = {100 + k}")
                 db.execute(f"DELETE FROM item WHERE id % 4 = {k}")
                 barrier.wait(timeout=10)  # all four hold their writes at once
@@ -99,13 +103,13 @@ def test_concurrent_trajectories_with_conflicting_writes_see_only_their_own(pool
     assert not errors
     for k in range(4):
         assert seen[k] == ([(f"mine{k}", 100 + k)], 1500, 0)
-    assert pool.stats.made == 1  # four views of one replica file
-    with pool.lease(source) as db:
+    assert replicas.stats.made == 1  # four views of one replica file
+    with replicas.lease(source) as db:
         assert count(db) == 2000 and count(db, "name LIKE 'mine%'") == 0
 
 
-def test_transaction_statements_of_the_model_become_savepoints(pool, source):
-    with pool.lease(source) as db:
+def test_transaction_statements_of_the_model_become_savepoints(replicas, source):
+    with replicas.lease(source) as db:
         assert db.execute("BEGIN").ok
         assert not db.execute("BEGIN TRANSACTION").ok  # nested, as SQLite says
         db.execute("DELETE FROM item")
@@ -120,7 +124,7 @@ def test_transaction_statements_of_the_model_become_savepoints(pool, source):
         db.execute("DELETE FROM item")
         assert db.execute("ROLLBACK TO s1").ok and count(db) == 10
         assert not db.execute("RELEASE acesql_user").ok  # reserved names are refused
-    with pool.lease(source) as db:
+    with replicas.lease(source) as db:
         assert count(db) == 2000
 
 
@@ -138,15 +142,15 @@ def test_transaction_statements_of_the_model_become_savepoints(pool, source):
         "  -- nothing\n",
     ],
 )
-def test_refused_statements_come_back_as_errors(pool, source, sql):
-    with pool.lease(source) as db:
+def test_refused_statements_come_back_as_errors(replicas, source, sql):
+    with replicas.lease(source) as db:
         result = db.execute(sql)
         assert not result.ok and result.error
         assert count(db) == 2000
 
 
-def test_read_only_schema_pragmas_and_ddl_work(pool, source):
-    with pool.lease(source) as db:
+def test_read_only_schema_pragmas_and_ddl_work(replicas, source):
+    with replicas.lease(source) as db:
         assert [r[1] for r in db.execute("PRAGMA table_info(item)").rows][:2] == ["id", "name"]
         for sql in [
             "ALTER TABLE item ADD COLUMN note TEXT",
@@ -164,14 +168,14 @@ def test_read_only_schema_pragmas_and_ddl_work(pool, source):
             assert result.ok, (sql, result.error)
         assert db.execute("SELECT COUNT(*) FROM scratch").rows == [(6,)]
         assert db.execute("SELECT DISTINCT qty FROM goods").rows == [(-1,)]
-    with pool.lease(source) as db:
+    with replicas.lease(source) as db:
         tables = db.execute("SELECT name FROM sqlite_master ORDER BY name").rows
         assert tables == [("item",)]
         assert not db.execute("SELECT * FROM scratch").ok
 
 
 def test_a_timeout_keeps_the_trajectory_state_by_replaying_its_writes(tmp_path, source):
-    with ReplicaPool(tmp_path / "r", timeout_s=0.3) as pool, pool.lease(source) as db:
+    with Replicas(tmp_path / "r", timeout_s=0.3) as replicas, replicas.lease(source) as db:
         db.execute("BEGIN")
         db.execute("DELETE FROM item WHERE id > 100")
         db.execute("COMMIT")
@@ -182,12 +186,12 @@ def test_a_timeout_keeps_the_trajectory_state_by_replaying_its_writes(tmp_path, 
         assert runaway.timed_out
         assert count(db) == 100  # the earlier writes are back, the runaway's are not
         assert db.execute("SELECT name FROM item WHERE id = 1").rows == [("kept",)]
-        assert pool.stats.replays == 1
+        assert replicas.stats.replays == 1
         assert db.execute("INSERT INTO item (name) VALUES ('after')").ok and count(db) == 101
 
 
-def test_script_runs_statement_by_statement_and_stops_at_the_first_error(pool, source):
-    with pool.lease(source) as db:
+def test_script_runs_statement_by_statement_and_stops_at_the_first_error(replicas, source):
+    with replicas.lease(source) as db:
         results = db.execute_script(
             "UPDATE item SET name = 'a;b' WHERE id = 1; SELECT name FROM item WHERE id = 1;"
             " SELECT nope FROM item; DELETE FROM item;"
@@ -209,74 +213,74 @@ def test_split_statements_keeps_strings_comments_and_trigger_bodies():
 
 
 def test_leases_wait_for_a_free_replica_and_time_out_with_the_fix(tmp_path, source):
-    with ReplicaPool(tmp_path / "r", max_leases=1, wait_s=0.2) as pool:
-        first = pool.lease(source)
+    with Replicas(tmp_path / "r", max_leases=1, wait_s=0.2) as replicas:
+        first = replicas.lease(source)
         with pytest.raises(ReplicaError, match="raise max_leases"):
-            pool.lease(source)
+            replicas.lease(source)
         threading.Timer(0.1, first.release).start()
-        pool.wait_s = 5
-        with pool.lease(source) as db:
+        replicas.wait_s = 5
+        with replicas.lease(source) as db:
             assert count(db) == 2000
-        assert pool.stats.waits == 1 and pool.stats.made == 1
+        assert replicas.stats.waits == 1 and replicas.stats.made == 1
 
 
-def test_a_released_lease_refuses_to_run(pool, source):
-    db = pool.lease(source)
+def test_a_released_lease_refuses_to_run(replicas, source):
+    db = replicas.lease(source)
     db.release()
     db.release()
     with pytest.raises(ReplicaError, match="lease the database again"):
         db.execute("SELECT 1")
 
 
-def test_missing_or_non_database_sources_are_data_errors(pool, tmp_path):
+def test_missing_or_non_database_sources_are_data_errors(replicas, tmp_path):
     with pytest.raises(DataError, match="database not found"):
-        pool.lease(tmp_path / "nope.sqlite")
+        replicas.lease(tmp_path / "nope.sqlite")
     junk = tmp_path / "junk.sqlite"
     junk.write_text("not a database")
     with pytest.raises(DataError, match="cannot copy database"):
-        pool.lease(junk)
-    assert not list((pool.folder).rglob("*.sqlite"))
+        replicas.lease(junk)
+    assert not list((replicas.folder).rglob("*.sqlite"))
 
 
 def test_a_second_process_cannot_take_the_same_partition(tmp_path, source):
-    with ReplicaPool(tmp_path / "r", worker=3):
+    with Replicas(tmp_path / "r", worker=3):
         code = textwrap.dedent(
             f"""
-            from acesql.sql.replicas import ReplicaPool
+            from acesql.sql.replicas import Replicas
             from acesql.errors import ReplicaError
             try:
-                ReplicaPool({str(tmp_path / "r")!r}, worker=3)
+                Replicas({str(tmp_path / "r")!r}, worker=3)
             except ReplicaError as exc:
                 print("refused:", exc)
-            ReplicaPool({str(tmp_path / "r")!r}, worker=4).close()
+            Replicas({str(tmp_path / "r")!r}, worker=4).close()
             """
         )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert "refused:" in out.stdout and "worker number" in out.stdout, out.stderr
 
 
-def test_a_changed_source_gets_new_replicas(pool, source):
-    with pool.lease(source) as db:
+def test_a_changed_source_gets_new_replicas(replicas, source):
+    with replicas.lease(source) as db:
         assert count(db) == 2000
     conn = sqlite3.connect(source)
     conn.execute("DELETE FROM item WHERE id > 5")
     conn.commit()
     conn.close()
-    with pool.lease(source) as db:
+    with replicas.lease(source) as db:
         assert count(db) == 5
-    assert pool.stats.made == 2
+    assert replicas.stats.made == 2
 
 
-def test_a_replica_dirtied_behind_the_pools_back_is_made_again(tmp_path, source):
+def test_a_replica_dirtied_behind_the_sets_back_is_made_again(tmp_path, source):
     root = tmp_path / "r"
-    with ReplicaPool(root) as pool, pool.lease(source) as db:
+    with Replicas(root) as replicas, replicas.lease(source) as db:
         replica = db.path
     conn = sqlite3.connect(replica)  # as a crashed committing writer would leave it
     conn.execute("DELETE FROM item")
     conn.commit()
     conn.close()
-    with ReplicaPool(root) as pool, pool.lease(source) as db:
-        assert count(db) == 2000 and pool.stats.made == 1
+    with Replicas(root) as replicas, replicas.lease(source) as db:
+        assert count(db) == 2000 and replicas.stats.made == 1
 
 
 def test_a_killed_trajectory_leaves_its_replica_clean(tmp_path, source):
@@ -284,9 +288,9 @@ def test_a_killed_trajectory_leaves_its_replica_clean(tmp_path, source):
     code = textwrap.dedent(
         f"""
         import os, signal, sys
-        from acesql.sql.replicas import ReplicaPool
-        pool = ReplicaPool({str(root)!r})
-        db = pool.lease({str(source)!r})
+        from acesql.sql.replicas import Replicas
+        replicas = Replicas({str(root)!r})
+        db = replicas.lease({str(source)!r})
         db.execute("DELETE FROM item WHERE id > 3")
         db.execute("UPDATE item SET name = 'dead'")
         print(db.path, flush=True)
@@ -297,8 +301,8 @@ def test_a_killed_trajectory_leaves_its_replica_clean(tmp_path, source):
     assert out.returncode == -signal.SIGKILL, out.stderr
     replica = Path(out.stdout.strip())
     assert replica.exists() and not Path(f"{replica}-journal").exists()
-    with ReplicaPool(root) as pool, pool.lease(source) as db:
-        assert db.path == replica and pool.stats.made == 0  # reused as it is: still clean
+    with Replicas(root) as replicas, replicas.lease(source) as db:
+        assert db.path == replica and replicas.stats.made == 0  # reused as it is: still clean
         assert count(db) == 2000 and count(db, "name = 'dead'") == 0
 
 
@@ -311,14 +315,14 @@ def test_a_wal_mode_source_is_copied_with_its_log(tmp_path):
     writer.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(50)])
     writer.commit()  # in the -wal file only: no checkpoint, the writer stays open
     assert os.path.getsize(f"{source}-wal") > 0
-    with ReplicaPool(tmp_path / "r") as pool, pool.lease(source) as db:
+    with Replicas(tmp_path / "r") as replicas, replicas.lease(source) as db:
         assert db.execute("SELECT COUNT(*) FROM t").rows == [(50,)]
         assert db.execute("PRAGMA table_info(t)").ok
     writer.close()
 
 
-def test_large_uncommitted_writes_never_reach_the_file(pool, source):
-    with pool.lease(source) as db:
+def test_large_uncommitted_writes_never_reach_the_file(replicas, source):
+    with replicas.lease(source) as db:
         replica = db.path
         before = sha(replica)
         for _ in range(3):  # about 25 MB of dirty pages, past the page cache's size
@@ -327,21 +331,21 @@ def test_large_uncommitted_writes_never_reach_the_file(pool, source):
             ).ok
         assert count(db) == 16000
         assert sha(replica) == before and not Path(f"{replica}-journal").exists()
-    with pool.lease(source) as db:
+    with replicas.lease(source) as db:
         assert count(db) == 2000
 
 
-def test_a_replica_changed_while_in_use_is_retired_at_release(pool, source):
-    with pool.lease(source) as db:
+def test_a_replica_changed_while_in_use_is_retired_at_release(replicas, source):
+    with replicas.lease(source) as db:
         first = db.path
         conn = sqlite3.connect(first)  # someone else commits to the replica file
         conn.execute("DELETE FROM item")
         conn.commit()
         conn.close()
     assert not first.exists()
-    with pool.lease(source) as db:
+    with replicas.lease(source) as db:
         assert db.path != first and count(db) == 2000
-    assert pool.stats.made == 2
+    assert replicas.stats.made == 2
 
 
 def test_a_replayed_trajectory_has_the_state_of_a_copy_after_a_partial_failure(tmp_path):
@@ -365,27 +369,27 @@ def test_a_replayed_trajectory_has_the_state_of_a_copy_after_a_partial_failure(t
     want = on_copy.execute("SELECT v FROM t ORDER BY v").fetchall()
     on_copy.close()
     assert want == [(1,), (2,), (10,)]
-    with ReplicaPool(tmp_path / "r", timeout_s=0.3) as pool, pool.lease(source) as db:
+    with Replicas(tmp_path / "r", timeout_s=0.3) as replicas, replicas.lease(source) as db:
         assert [db.execute(sql).ok for sql in statements] == [False, True]
         assert db.execute(endless).timed_out  # SQLite rolls the transaction back: a replay
         assert db.execute("SELECT v FROM t ORDER BY v").rows == want
-        assert pool.stats.replays == 1
+        assert replicas.stats.replays == 1
 
 
-def test_a_lease_starts_with_its_connections_counters_at_zero(pool, source):
+def test_a_lease_starts_with_its_connections_counters_at_zero(replicas, source):
     counters = "SELECT changes(), total_changes(), last_insert_rowid()"
-    with pool.lease(source) as db:
+    with replicas.lease(source) as db:
         assert db.execute("INSERT INTO item (name) VALUES ('x')").ok
         assert db.execute("UPDATE item SET qty = 1 WHERE id < 5").ok
         assert db.execute(counters).rows == [(4, 5, 2001)]
-    with pool.lease(source) as db:  # the same view, kept for its cache of pages
+    with replicas.lease(source) as db:  # the same view, kept for its cache of pages
         assert db.execute(counters).rows == [(0, 0, 0)]
         assert db.execute("DELETE FROM item WHERE id > 1998").ok
         assert db.execute(counters).rows == [(2, 2, 0)]
-    with pool.lease(source) as db:
+    with replicas.lease(source) as db:
         assert db.execute(counters).rows == [(0, 0, 0)]
         assert db.execute("SELECT count(*) FROM sqlite_temp_master").rows == [(0,)]
-    assert pool.stats.made == 1
+    assert replicas.stats.made == 1
 
 
 ENDLESS_BLOBS = (
@@ -400,7 +404,7 @@ ENDLESS_BLOBS = (
     ids=["main", "temp"],
 )
 def test_a_trajectorys_writes_cannot_grow_its_replica_without_bound(tmp_path, source, sql):
-    with ReplicaPool(tmp_path / "r", timeout_s=2) as pool, pool.lease(source) as db:
+    with Replicas(tmp_path / "r", timeout_s=2) as replicas, replicas.lease(source) as db:
         result = db.execute(sql)
         assert not result.ok and not result.timed_out and result.elapsed_s < 1.5
         assert "may grow this database by 64 MiB" in result.error
