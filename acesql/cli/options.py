@@ -163,11 +163,19 @@ def _resample_flags() -> list:
             "generator]",
         ),
         click.option(
+            "--resample-ranked",
+            type=click.Choice(["new", "both"]),
+            default=None,
+            help="r3 resampling: rank the n best of the new candidates, or of old and new "
+            "together.  [default: new]",
+        ),
+        click.option(
             "--resample-pool",
             type=click.Choice(["new", "both"]),
             default=None,
-            help="r3 resampling: keep the n best of the new candidates, or of old and new "
-            "together.  [default: new]",
+            hidden=True,
+            callback=_deprecated("--resample-pool", "--resample-ranked"),
+            help="The old name of --resample-ranked.",
         ),
         click.option(
             "--audit-threshold",
@@ -177,6 +185,17 @@ def _resample_flags() -> list:
             "it fires.  [default: 0.5]",
         ),
     ]
+
+
+def _deprecated(old: str, new: str):
+    """A click callback that says, when `old` is given, that it is now `new`."""
+
+    def say(ctx, param, value):
+        if value is not None:
+            click.echo(f"{old} is now {new}; the old name will go in a later release", err=True)
+        return value
+
+    return say
 
 
 # the defaults the help shows, read from the section so they cannot drift from what runs
@@ -223,6 +242,7 @@ SELECTION_FLAGS = (
     "resample",
     "resample_candidates",
     "resample_from",
+    "resample_ranked",
     "resample_pool",
     "audit_threshold",
     "prm_model",
@@ -241,6 +261,8 @@ def _selection(default_method: str, selection_params, **flags):
     else:
         base = {"method": default_method}
     given = {k: v for k, v in flags.items() if v is not None}
+    if "resample_pool" in given:  # the old spelling of --resample-ranked
+        given.setdefault("resample_ranked", given.pop("resample_pool"))
     return build_section(SelectionSection, **{**base, **given})
 
 

@@ -3,6 +3,7 @@ generator candidates that `evaluate` and `acesql ask` both read."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -82,10 +83,10 @@ class SelectionSection(Section):
         "on its own sampled retriever list (pipeline: reaches questions whose pruned schema "
         "lacks a needed column).",
     )
-    resample_pool: Literal["new", "both"] = Field(
+    resample_ranked: Literal["new", "both"] = Field(
         "new",
-        description="r3 resampling: the n kept are the best by pointwise score of the m new "
-        "candidates (new, R3-SQL's: the first pool is discarded) or of the n first and m new "
+        description="r3 resampling: the n ranked are the best by pointwise score of the m new "
+        "candidates (new, R3-SQL's: the first n are discarded) or of the n first and m new "
         "together (both).",
     )
     prm_model: str = Field(
@@ -103,6 +104,23 @@ class SelectionSection(Section):
     full_schema_tokens: int = Field(
         1024, ge=1, description="answer by_size: the longest full-schema prompt answered whole."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data):
+        """`resample_pool`, this setting's former name, read with a deprecation warning."""
+        if isinstance(data, dict) and "resample_pool" in data:
+            if "resample_ranked" in data:
+                raise ValueError("give resample_ranked alone (resample_pool is its old name)")
+            warnings.warn(
+                "selection.resample_pool is now selection.resample_ranked; the old name will "
+                "stop being read in a later release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            data = {**data, "resample_ranked": data["resample_pool"]}
+            del data["resample_pool"]
+        return data
 
     @model_validator(mode="after")
     def _resampling_draws_more(self):

@@ -7,7 +7,7 @@ more candidates, with nothing generated.
                                      contexts=contexts, schemas=SchemaCache(0))
     # or Selector(SelectionSection(method="prm"), process_scorer=scorer)
 
-`acesql eval --selection r3` keeps each question's candidates in its rows (`r3_pool`, and
+`acesql eval --selection r3` keeps each question's candidates in its rows (`r3_candidates`, and
 with resampling the drawn ones, `r3rs_drawn`). Rescoring reads them back: the greedy
 pipeline's fields are the stored row's, the candidates run again against the gold, and
 maj@k, candidate recall, pointwise best-of-k, groupwise ranking and (when asked) ranking after
@@ -20,13 +20,13 @@ PRM best-of-k needs a score model of the direct view (`prm_data.sql_format: dire
 keep each candidate's SQL, not the text and token log-probabilities a chain-reading score
 model weights its steps by.
 
-- k up to the first pool's size takes its first k candidates.
+- k up to the first list's size takes its first k candidates.
 - A larger k goes on with the drawn candidates in the order they were drawn. They are more
   samples of the same generator on the same pruned schema only when the run drew from the
   generator: a row drawn on a wider schema (`resample_from: pipeline`) is refused, and so is
   a row with fewer than k candidates (its auditor did not fire).
 - Resampling replays the stored draw: the judge's own auditor decides whether it fires, and
-  what it draws is what the run drew. So it needs k equal to the first pool's size and
+  what it draws is what the run drew. So it needs k equal to the first list's size and
   `resample_candidates` equal to the stored draw's size; a question where the judge fires and
   the run drew nothing is refused, naming it.
 
@@ -87,36 +87,41 @@ def rescore_examples(
     `selector` chooses (its match mode scores), `schemas` (`SchemaCache`) gives prm's
     process scorer each database's schema."""
     selector.check_stored()
-    pools, rows = [], []
+    chosen_from, rows = [], []
     for ex in examples:
         row = stored[ex.index]
-        pool = _pool(row, maj_k, ex.index)
-        if selector.resamples and maj_k != len(row["r3_pool"]):
+        candidates = _first_k(row, maj_k, ex.index)
+        if selector.resamples and maj_k != len(row["r3_candidates"]):
             raise DataError(
-                f"resampling replays the stored draw, so it ranks first pools of the stored "
-                f"size ({len(row['r3_pool'])}), not {maj_k}: drop --resample or the candidates"
+                "resampling replays the stored draw, so it ranks as many first candidates as "
+                f"were stored ({len(row['r3_candidates'])}), not {maj_k}: drop --resample or "
+                "--candidates"
             )
-        pools.append(pool)
+        chosen_from.append(candidates)
         rows.append({k: v for k, v in row.items() if not _is_selection(k)})
     mode = selector.mode
-    checks = [(ex.db_path, sql, ex.sql) for ex, pool in zip(examples, pools) for sql in pool]
+    checks = [
+        (ex.db_path, sql, ex.sql)
+        for ex, candidates in zip(examples, chosen_from)
+        for sql in candidates
+    ]
     verdicts = executor.match_many(checks, mode, keep_rows=True)
     start = 0
-    for ex, row, pool, context in zip(examples, rows, pools, contexts):
-        mine, start = verdicts[start : start + len(pool)], start + len(pool)
+    for ex, row, candidates, context in zip(examples, rows, chosen_from, contexts):
+        mine, start = verdicts[start : start + len(candidates)], start + len(candidates)
         kept = stored[ex.index]
         drawn = kept.get("r3rs_drawn") or []
-        was = [*kept["r3_pool_match"], *(kept.get("r3rs_drawn_match") or [])]
+        was = [*kept["r3_candidates_match"], *(kept.get("r3rs_drawn_match") or [])]
         row["rescore_changed"] = sum(bool(v.match.match) != w for v, w in zip(mine, was))
-        row.update(vote_fields(pool, mine, mode))
-        if len(pool) == len(kept["r3_pool"]) and "maj_tokens" in kept:
+        row.update(vote_fields(candidates, mine, mode))
+        if len(candidates) == len(kept["r3_candidates"]) and "maj_tokens" in kept:
             row["maj_tokens"] = kept["maj_tokens"]  # the same samples' length
         if selector.judged:
             asked = Asked(context, ex.db_path, schemas(ex) if schemas is not None else None)
             replay = None
             if selector.resamples:
                 replay = _replay(ex, drawn, kept.get("r3rs_drawn_schema"), executor, mode)
-            row.update(selector.fields(asked, pool, mine, resample=replay))
+            row.update(selector.fields(asked, candidates, mine, resample=replay))
         row["category"] = failure_category(row)
     return summarize(rows), rows
 
@@ -125,15 +130,15 @@ def _is_selection(key: str) -> bool:
     return is_selection_field(key) or key in RESCORED_FIELDS
 
 
-def _pool(row: dict, k: int, index: int) -> list[str]:
-    """The first k stored candidates of one question: its first pool, then its draw."""
-    first, drawn = row["r3_pool"], row.get("r3rs_drawn") or []
+def _first_k(row: dict, k: int, index: int) -> list[str]:
+    """The first k stored candidates of one question: its first list, then its draw."""
+    first, drawn = row["r3_candidates"], row.get("r3rs_drawn") or []
     if k <= len(first):
         return first[:k]
     if row.get("r3rs_drawn_schema") is not None:
         raise DataError(
             f"question {index}: its drawn candidates were written on a wider schema "
-            "(resample_from: pipeline), so they are not more samples of the first pool: "
+            "(resample_from: pipeline), so they are not more samples of the first list: "
             f"rescore at most {len(first)} candidates"
         )
     if len(first) + len(drawn) < k:

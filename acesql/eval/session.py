@@ -182,6 +182,17 @@ class Evaluator:
         self.close()
 
 
+# rows written before the stored candidates' fields had their present names
+_OLD_NAMES = {"r3_pool": "r3_candidates", "r3_pool_match": "r3_candidates_match"}
+
+
+def _renamed(row: dict) -> dict:
+    """`row` with its stored candidates' fields under their present names."""
+    if not any(old in row for old in _OLD_NAMES):
+        return row
+    return {_OLD_NAMES.get(key, key): value for key, value in row.items()}
+
+
 def stored_candidates(folder: str) -> dict[int, dict]:
     """The rows of an r3 evaluation in `folder` (finished or not), by question index."""
 
@@ -190,13 +201,13 @@ def stored_candidates(folder: str) -> dict[int, dict]:
         found = ", ".join(splits) or "none"
         raise DataError(f"{folder}: expected the rows of one evaluation, found splits: {found}")
     (rows,) = splits.values()
-    stored = {r["index"]: r for r in rows if r.get("r3_pool") is not None}
+    stored = {r["index"]: r for r in map(_renamed, rows) if r.get("r3_candidates") is not None}
     for index, row in stored.items():
-        pool, match = row.get("r3_pool"), row.get("r3_pool_match")
-        if not isinstance(pool, list) or not isinstance(match, list) or len(pool) != len(match):
+        kept, match = row.get("r3_candidates"), row.get("r3_candidates_match")
+        if not isinstance(kept, list) or not isinstance(match, list) or len(kept) != len(match):
             raise DataError(
-                f"{folder} question {index}: its stored candidates need r3_pool and "
-                "r3_pool_match lists of one length (a row cut or edited by hand?)"
+                f"{folder} question {index}: its stored candidates need r3_candidates and "
+                "r3_candidates_match lists of one length (a row cut or edited by hand?)"
             )
     if not stored:
         raise DataError(

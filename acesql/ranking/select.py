@@ -87,20 +87,20 @@ def select_with_resampling(
     threshold: float = _DEFAULT["audit_threshold"].default,
     mode: str = "multiset",
     tau: float = _DEFAULT["tau"].default,
-    pool: str = _DEFAULT["resample_pool"].default,
+    ranked: str = _DEFAULT["resample_ranked"].default,
 ) -> Resampled:
     """Groupwise selection with agentic resampling.
 
     The auditor reads the pool (`judge.audit`); when P(a likely-correct SQL is present) is
     under `threshold`, `resample(m)` draws m new candidates (a `Drawn`), and the n best by
-    pointwise score are kept and ranked again: the n best of the m new with `pool="new"`
-    (R3-SQL's: the first pool is discarded), of the n old and m new together with
-    `pool="both"`. `m` should exceed n. When the new candidates were written on a wider
+    pointwise score are kept and ranked again: the n best of the m new with `ranked="new"`
+    (R3-SQL's: the first n are discarded), of the n old and m new together with
+    `ranked="both"`. `m` should exceed n. When the new candidates were written on a wider
     schema (`Drawn.context`), they are judged in it. `choice.index` counts the old
     candidates then the new; the ranked groups' members count the kept ones.
     """
-    if pool not in ("new", "both"):
-        raise ValueError(f"unknown resampling pool {pool!r}: new | both")
+    if ranked not in ("new", "both"):
+        raise ValueError(f"unknown resample_ranked {ranked!r}: new | both")
     n = len(sqls)
     groups = group_results(sqls, results, mode)
     first = [[Candidate(sqls[i], results[i]) for i in g] for g in groups]
@@ -116,7 +116,7 @@ def select_with_resampling(
     drawn = resample(m)
     context = drawn.context or context
     all_sqls, all_results = [*sqls, *drawn.sqls], [*results, *drawn.results]
-    start = n if pool == "new" else 0
+    start = n if ranked == "new" else 0
     runnable = [
         i
         for i in range(start, len(all_sqls))

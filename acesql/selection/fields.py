@@ -16,8 +16,8 @@ candidates:
   mean spread (max - min) of pointwise scores inside groups of equal results: the
   inconsistency that judging groups instead of single candidates removes, `r3_ties` (judged
   pairs of groups the ranker could not tell apart, |P - 0.5| < tau) and `r3_decided_by`
-  (`acesql.ranking.rank.decided_by`: what put the answer's group first); `r3_pool` and
-  `r3_pool_match` keep the candidates and their verdicts, so another judge or a larger n can
+  (`acesql.ranking.rank.decided_by`: what put the answer's group first); `r3_candidates` and
+  `r3_candidates_match` keep the candidates and their verdicts, so another judge or a larger n can
   be scored on the same samples later (`acesql.eval.rescore`);
 - `r3rs_*` (when `resample` is given): ranking after agentic resampling, with whether the
   auditor fired, how many candidates were generated, the recall of the pool ranked and,
@@ -126,8 +126,8 @@ def ranked_fields(
         "r3_ties": sum(abs(p - 0.5) < tau for p in choice.preferences),
         "r3_decided_by": decided_by(choice.ranked),
         "r3_point_spread": round(sum(spreads) / len(spreads), 4) if spreads else None,
-        "r3_pool": list(sqls),
-        "r3_pool_match": [bool(v.match.match) for v in verdicts],
+        "r3_candidates": list(sqls),
+        "r3_candidates_match": [bool(v.match.match) for v in verdicts],
     }
     if resample is None:
         return fields
@@ -152,7 +152,7 @@ def ranked_fields(
         settings.audit_threshold,
         mode,
         tau,
-        settings.resample_pool,
+        settings.resample_ranked,
     )
     every = [*verdicts, *drawn_verdicts]
     fields.update(

@@ -171,7 +171,7 @@ class Selector:
     def check_rescoring_into(self, out: Path, source: Path) -> None:
         """DataError when rescoring `source`'s stored candidates into `out` would destroy
         them: `out` is the source itself, or a folder whose finished rows keep candidates
-        (`r3_pool`) that this method would not write again (only r3 keeps them)."""
+        (`r3_candidates`) that this method would not write again (only r3 keeps them)."""
         if out.resolve() == source.resolve():
             raise DataError(
                 f"--out {out} is the folder whose candidates are rescored: its rows would be "
@@ -179,9 +179,9 @@ class Selector:
             )
         rows = out / "rows.jsonl"
         keeps = self.method == "r3"
-        if rows.is_file() and not keeps and '"r3_pool"' in rows.read_text(errors="replace"):
+        if rows.is_file() and not keeps and _keeps_candidates(rows.read_text(errors="replace")):
             raise DataError(
-                f"{out} holds stored candidates (rows with r3_pool) that a {self.method} "
+                f"{out} holds stored candidates (rows with r3_candidates) that a {self.method} "
                 "rescoring would drop: give --out another folder"
             )
 
@@ -226,6 +226,11 @@ class Selector:
             completions,
             schema=asked.schema,
         )
+
+
+def _keeps_candidates(rows: str) -> bool:
+    """Whether rows.jsonl's text holds stored candidates (under their old name too)."""
+    return '"r3_candidates"' in rows or '"r3_pool"' in rows
 
 
 def load_process_scorer(section: SelectionSection, tokenizer, executor) -> ProcessScorer:
@@ -287,7 +292,7 @@ class _Ranked(_Way):
                 section.audit_threshold,
                 s.mode,
                 section.tau,
-                section.resample_pool,
+                section.resample_ranked,
             )
             choice, fired, kept = out.choice, out.fired, out.kept
         else:

@@ -330,6 +330,7 @@ def test_rows_file_is_written_whole_or_not_at_all(tmp_path):
         ["eval", "--resample-candidates", "0"],
         ["eval", "--audit-threshold", "1"],
         ["eval", "--resample-from", "retriever"],
+        ["ask", "--resample-ranked", "old"],
         ["ask", "--resample-pool", "old"],
         ["ask", "--candidates", "0"],
         ["eval", "--batch-size", "0"],
@@ -466,3 +467,13 @@ def test_metrics_prints_each_stages_headline_numbers_one_per_line(tmp_path):
     assert every["data"] == {}
     missing = CliRunner().invoke(cli, ["metrics", "--lock", str(tmp_path / "nope.lock")])
     assert missing.exit_code == 2 and "run the pipeline first" in missing.output
+
+
+def test_the_old_resample_flag_still_works_and_says_its_new_name(tmp_path):
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(
+        cli, ["ask", "--resample-pool", "both", "--model", str(tmp_path / "none"), "db", "q"]
+    )
+    assert "--resample-pool is now --resample-ranked" in result.stderr
+    assert "does not exist" in result.output  # parsed on to the next check

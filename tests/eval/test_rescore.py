@@ -111,12 +111,12 @@ def test_a_larger_n_goes_on_with_the_drawn_candidates(stored_run):
     examples, _, stored = stored_run
     summary, rows = rescore(stored_run, Judge(set()), 5, SelectionSection(method="r3"))
     for row in rows:
-        first, drawn = stored[row["index"]]["r3_pool"], stored[row["index"]]["r3rs_drawn"]
-        assert row["r3_pool"] == first + drawn[:2] and row["maj_k"] == 5
+        first, drawn = stored[row["index"]]["r3_candidates"], stored[row["index"]]["r3rs_drawn"]
+        assert row["r3_candidates"] == first + drawn[:2] and row["maj_k"] == 5
         assert "r3rs_match" not in row
     # wrong, wrong, gold, wrong, wrong: two wrong answers outvote the one gold
     gold = {ex.index: ex.sql for ex in examples}
-    assert all(r["r3_pool"].count(gold[r["index"]]) == 1 for r in rows)
+    assert all(r["r3_candidates"].count(gold[r["index"]]) == 1 for r in rows)
     assert summary["maj_ex"] == 0.0 and summary["oracle_ex"] == 1.0
     _, voted = rescore(stored_run, None, 7, SelectionSection(method="maj"))
     # ... + gold, 777: four answers, three of them twice
@@ -142,7 +142,7 @@ def test_prm_best_of_n_scores_the_stored_candidates(stored_run):
     "k, selection, message",
     [
         (8, SelectionSection(method="maj"), "7 stored candidates, fewer than 8"),
-        (2, R3, "stored size \\(3\\), not 2"),
+        (2, R3, "were stored \\(3\\), not 2"),
         (3, R3.model_copy(update={"resample_candidates": 5}), "drew 4 candidates, not 5"),
     ],
 )
@@ -167,10 +167,20 @@ def test_stored_rows_must_be_of_the_questions_asked(stored_run, tmp_path):
     (tmp_path / "rows.jsonl").write_text(json.dumps({"index": 0, "question": "?"}) + "\n")
     with pytest.raises(DataError, match="holds no stored candidates"):
         stored_candidates(str(tmp_path))
-    cut = {"index": 3, "question": "?", "r3_pool": ["SELECT 1"]}  # no r3_pool_match
+    cut = {"index": 3, "question": "?", "r3_candidates": ["SELECT 1"]}  # no r3_candidates_match
     (tmp_path / "rows.jsonl").write_text(json.dumps(cut) + "\n")
-    with pytest.raises(DataError, match="question 3: its stored candidates need r3_pool and"):
+    with pytest.raises(DataError, match="question 3: its stored candidates need r3_candidates and"):
         stored_candidates(str(tmp_path))
+
+
+def test_rows_written_under_the_old_field_names_are_still_rescored(tmp_path):
+    old = {"index": 4, "question": "?", "r3_pool": ["SELECT 1", "SELECT 2"]}
+    old["r3_pool_match"] = [False, True]
+    (tmp_path / "rows.jsonl").write_text(json.dumps(old) + "\n")
+    stored = stored_candidates(str(tmp_path))
+    assert stored[4]["r3_candidates"] == ["SELECT 1", "SELECT 2"]
+    assert stored[4]["r3_candidates_match"] == [False, True]
+    assert "r3_pool" not in stored[4]
 
 
 def test_the_command_rescores_a_folder_paired_with_it(synth_dir, tiny_model_dir, tmp_path):
@@ -193,7 +203,7 @@ def test_the_command_rescores_a_folder_paired_with_it(synth_dir, tiny_model_dir,
     a, b = ([json.loads(x) for x in (tmp_path / d / "rows.jsonl").open()] for d in "ab")
     assert [r["index"] for r in a] == [r["index"] for r in b]
     for x, y in zip(a, b):
-        assert y["r3_pool"] == x["r3_pool"] + x["r3rs_drawn"][:2] and y["maj_k"] == 4
+        assert y["r3_candidates"] == x["r3_candidates"] + x["r3rs_drawn"][:2] and y["maj_k"] == 4
     paired = CliRunner().invoke(cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert paired.exit_code == 0 and "maj" in paired.output
     # a source still being written: its rows so far are scored, and the rescoring stays
@@ -212,8 +222,8 @@ def test_the_command_rescores_a_folder_paired_with_it(synth_dir, tiny_model_dir,
     assert early.exit_code == 0, early.output
     assert "2 of 3 questions scored, kept unfinished" in early.output
     assert not (tmp_path / "c" / "metrics.json").exists()
-    assert [r["r3_pool"] for r in read_unfinished(tmp_path / "c")[1]] == [
-        r["r3_pool"] for r in b[:2]
+    assert [r["r3_candidates"] for r in read_unfinished(tmp_path / "c")[1]] == [
+        r["r3_candidates"] for r in b[:2]
     ]
     # rescoring into its own source, or over another folder's candidates with a selection
     # that would drop them, is refused before anything is written

@@ -269,11 +269,13 @@ def test_the_resampled_pool_is_the_new_candidates_or_all_and_judged_in_their_sch
     new = select_with_resampling(Context("?", "s"), sqls, results, Schemas({"good"}), resample, 3)
     assert new.kept == [2, 3] and new.choice.sql == "n1"  # R3-SQL discards the first pool
     judge = Schemas({"good"})
-    both = select_with_resampling(Context("?", "s"), sqls, results, judge, resample, 3, pool="both")
+    both = select_with_resampling(
+        Context("?", "s"), sqls, results, judge, resample, 3, ranked="both"
+    )
     assert 0 in both.kept and both.choice.sql == "good" and both.choice.index == 0
     assert set(judge.schemas) == {"wider schema"}
-    with pytest.raises(ValueError, match="unknown resampling pool"):
-        select_with_resampling(Context("?", "s"), sqls, results, judge, resample, 3, pool="old")
+    with pytest.raises(ValueError, match="unknown resample_ranked"):
+        select_with_resampling(Context("?", "s"), sqls, results, judge, resample, 3, ranked="old")
 
 
 def test_the_auditor_reads_the_pool_with_its_sanity_notes(tiny_model_dir):

@@ -59,8 +59,8 @@ def test_ranking_scores_groupwise_pointwise_and_the_spread_inside_groups():
     assert fields["r3_ties"] == 0 and fields["r3_decided_by"] == "preference"
     assert "r3rs_match" not in fields
     # the pool is kept for scoring another judge or a larger n on the same samples
-    assert fields["r3_pool"] == SQLS
-    assert fields["r3_pool_match"] == [False, True, False, True, False]
+    assert fields["r3_candidates"] == SQLS
+    assert fields["r3_candidates_match"] == [False, True, False, True, False]
 
 
 def test_resampling_is_scored_by_the_drawn_candidates_verdicts():
@@ -77,7 +77,7 @@ def test_resampling_is_scored_by_the_drawn_candidates_verdicts():
         VERDICTS,
         Judge({"z"}),
         "multiset",
-        r3(resample=True, resample_candidates=6, resample_pool="both"),
+        r3(resample=True, resample_candidates=6, resample_ranked="both"),
         resample,
     )
     # first pass: a tie between {a, c} and {b, d} (utility 0.4 each) goes to the group sampled first
@@ -162,13 +162,13 @@ def test_the_fingerprint_carries_the_selection_section_whole():
     r3 = dict(method="r3", resample=True)
     variants = [
         SelectionSection(**r3),
-        SelectionSection(**r3, resample_pool="both"),
+        SelectionSection(**r3, resample_ranked="both"),
         SelectionSection(**r3, resample_from="pipeline"),
         SelectionSection(**r3, tau=0.1),
         SelectionSection(**r3, answer="full_schema"),
     ]
     named = [settings(cfg, v, **common)["selection"] for v in variants]
-    assert named[1]["resample_pool"] == "both" and named[2]["resample_from"] == "pipeline"
+    assert named[1]["resample_ranked"] == "both" and named[2]["resample_from"] == "pipeline"
     assert len({json.dumps(n, sort_keys=True) for n in named}) == len(variants)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 import acesql.selection.fields as selection_module
 from acesql.cli.options import SELECTION_FLAGS, _selection
-from acesql.config import EvaluateSection
+from acesql.config import EvaluateSection, SelectionSection
 from acesql.data.loaders import load_dataset
 from acesql.eval.end_to_end import evaluate_examples
 from acesql.eval.runner import _options
@@ -26,18 +26,19 @@ def setup(synth_dir, tiny_model_dir):
     return examples, PromptBuilder(load_tokenizer(tiny_model_dir))
 
 
+@pytest.mark.parametrize("flag", ["resample_ranked", "resample_pool"])  # and its old name
 @pytest.mark.parametrize("pool", ["new", "both"])
-def test_the_resample_pool_asked_for_is_the_one_ranked(setup, monkeypatch, pool):
+def test_the_resample_pool_asked_for_is_the_one_ranked(setup, monkeypatch, pool, flag):
     examples, prompts = setup
     # as `acesql eval --selection r3 --candidates 2 --resample --resample-candidates 4
-    #      --resample-pool POOL` parses its flags
+    #      --resample-ranked POOL` (or --resample-pool POOL) parses its flags
     flags = {
         **FLAGS,
         "method": "r3",
         "candidates": 2,
         "resample": True,
         "resample_candidates": 4,
-        "resample_pool": pool,
+        flag: pool,
     }
     section = _selection("greedy", None, **flags)
     options = _options(
@@ -55,3 +56,11 @@ def test_the_resample_pool_asked_for_is_the_one_ranked(setup, monkeypatch, pool)
     with BatchExecutor(workers=0) as executor:
         evaluate_examples(examples, engine, prompts, executor, options, judge=Judge(set()))
     assert ranked_with == [pool] * len(examples)
+
+
+def test_a_params_file_with_the_old_name_is_read_with_a_warning():
+    with pytest.warns(DeprecationWarning, match="now selection.resample_ranked"):
+        section = SelectionSection.model_validate({"resample_pool": "both"})
+    assert section.resample_ranked == "both"
+    with pytest.raises(ValueError, match="give resample_ranked alone"):
+        SelectionSection.model_validate({"resample_pool": "both", "resample_ranked": "new"})

@@ -8,7 +8,7 @@ import pytest
 
 import acesql.selection.selector as selector_module
 from acesql.config import SelectionSection
-from acesql.errors import ConfigError
+from acesql.errors import ConfigError, DataError
 from acesql.ranking.judge import Context
 from acesql.selection.selector import METHODS, Asked, Selector
 from acesql.sql.sandbox import ExecResult
@@ -166,3 +166,18 @@ def test_each_method_says_what_it_needs():
     Selector(SelectionSection(method="maj")).check_engine("vllm")
     Selector(SelectionSection(method="maj")).check_format("cocte")  # reads no score model
     Selector(SelectionSection(method="maj")).check_stored()
+
+
+@pytest.mark.parametrize("field", ["r3_candidates", "r3_pool"])
+def test_a_rescoring_may_not_overwrite_stored_candidates(tmp_path, field):
+    source, out = tmp_path / "source", tmp_path / "out"
+    source.mkdir()
+    out.mkdir()
+    (out / "rows.jsonl").write_text(f'{{"index": 0, "{field}": ["SELECT 1"]}}\n')
+    with pytest.raises(DataError, match="is the folder whose candidates are rescored"):
+        Selector(SelectionSection(method="r3")).check_rescoring_into(source, source)
+    with pytest.raises(DataError, match="that a maj rescoring would drop"):
+        Selector(SelectionSection(method="maj")).check_rescoring_into(out, source)
+    Selector(SelectionSection(method="r3")).check_rescoring_into(out, source)  # r3 keeps them
+    (out / "rows.jsonl").write_text('{"index": 0}\n')
+    Selector(SelectionSection(method="maj")).check_rescoring_into(out, source)  # none to lose
