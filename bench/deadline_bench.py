@@ -7,11 +7,11 @@ What it measures
     'x')`: 7 s alone) run under a deadline on each path: `BatchExecutor` with 2 workers
     (`acesql eval`, `evaluate-sql`) and with 0 (`evaluate-sql --workers 0`, which is one
     worker), `acesql sql exec` and `sql match`, `ask`, a `Replicas` lease (agent episodes)
-    and `acesql debug judge`. The overshoot is the time from the call to its timed-out
+    and `acesql debug check`. The overshoot is the time from the call to its timed-out
     answer, less the deadline, with every worker or host already started. A CLI command's
     (and `ask`'s) own wall time on `SELECT 1`, a worker's start included, is taken off; what
     is left holds the start of the worker that replaces the killed one, which the command
-    waits for as it exits. The judge's is the fix statement's time as the judge saw it.
+    waits for as it exits. The check's is the fix statement's time as the check saw it.
     Each is the worst of `--tries` runs.
 
 How to run
@@ -116,15 +116,15 @@ def lease_path(db: str, sql: str, timeout: float, scratch: Path) -> float:
     return wall
 
 
-def judge_path(db: str, sql: str, timeout: float, scratch: Path) -> float:
-    """The fix statement's time to its timed-out answer, as the judge saw it."""
-    from acesql.debug.judge import judge
+def check_path(db: str, sql: str, timeout: float, scratch: Path) -> float:
+    """The fix statement's time to its timed-out answer, as the check saw it."""
+    from acesql.debug.check import check_fix
     from acesql.debug.task import DebugTask
     from acesql.sql.replicas import Replicas
 
     task = DebugTask("t", "db", db, "query", "?", ["SELECT 1"], ["SELECT 1"])
-    with Replicas(scratch / "judge", timeout_s=timeout) as replicas:
-        verdict = judge(task, sql, replicas)
+    with Replicas(scratch / "check", timeout_s=timeout) as replicas:
+        verdict = check_fix(task, sql, replicas)
     assert "timeout" in verdict.reason, verdict.reason
     return verdict.fix_results[-1].elapsed_s
 
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             "sql match": partial(cli_path, command="match"),
             "ask": ask_path,
             "Replicas lease": partial(lease_path, scratch=scratch),
-            "debug judge": partial(judge_path, scratch=scratch),
+            "debug check": partial(check_path, scratch=scratch),
         }
         for name, sql in LONG_CALLS.items():
             for path, run in paths.items():

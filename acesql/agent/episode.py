@@ -12,7 +12,7 @@ message; `<submit>` ends the trajectory; a turn without an action gets a message
 to act, and counts. After `max_turns` turns without a submission the trajectory ends empty.
 
 The submission is then scored on fresh views, apart from everything the trajectory did:
-debugging tasks by `acesql.debug.judge`, questions by execution match against the gold
+debugging tasks by `acesql.debug.check`, questions by execution match against the gold
 result. The reward is 1 when it passes, else 0 (the binary reward of the seed paper).
 
 For training, each turn is one sequence: the prompt it was sampled from (the conversation
@@ -50,7 +50,7 @@ class Trajectory:
     finish: str = ""  # "submitted" or "turn_budget"
     passed: bool = False
     reward: float = 0.0
-    verdict: str = ""  # the judge's reason
+    verdict: str = ""  # the check's reason
     submitted_result: ExecResult | None = None  # what the submission's last statement gave
     expected_result: ExecResult | None = None  # and the solution's (None when not a query)
 
@@ -86,7 +86,7 @@ class AgentTask:
         raise NotImplementedError
 
     def score(self, submission: str, replicas: Replicas) -> Score:
-        """The verdict on a submission, judged on fresh views."""
+        """The verdict on a submission, checked on fresh views."""
         raise NotImplementedError
 
 

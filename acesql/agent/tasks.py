@@ -12,7 +12,7 @@ from pathlib import Path
 
 from acesql.agent.episode import AgentTask, Score
 from acesql.data.loaders import Example, read_prepared
-from acesql.debug.judge import judge
+from acesql.debug.check import check_fix
 from acesql.debug.task import DebugTask, read_tasks, spread
 from acesql.errors import DataError
 from acesql.models.prompts import templates
@@ -42,7 +42,7 @@ def _opening(user: str) -> list[dict]:
 
 
 class DebugAgentTask(AgentTask):
-    """A `DebugTask` for the agent: the issue to fix, judged by `acesql.debug.judge`."""
+    """A `DebugTask` for the agent: the issue to fix, checked by `acesql.debug.check`."""
 
     def __init__(self, task: DebugTask):
         self.task = task
@@ -65,7 +65,7 @@ class DebugAgentTask(AgentTask):
         return _opening(user)
 
     def score(self, submission: str, replicas: Replicas) -> Score:
-        verdict = judge(self.task, submission, replicas)
+        verdict = check_fix(self.task, submission, replicas)
         query = self.task.category == "query"
         got = verdict.fix_results[-1] if query and verdict.fix_results else None
         expected = verdict.solution_results[-1] if query and verdict.solution_results else None

@@ -7,7 +7,7 @@ acesql pool replay --gamma 0.5 --events FILE
 acesql evaluate-sql --dataset DIR --format spider --predictions FILE --mode spider
 acesql eval --model DIR --dataset DIR --format spider --limit 100 --out results/spider-dev
 acesql eval --compare results/dev-sft results/dev-grpo
-acesql debug judge --tasks data/debug/dev.jsonl --id shop_0001/3 --fix "UPDATE ..."
+acesql debug check --tasks data/debug/dev.jsonl --id shop_0001/3 --fix "UPDATE ..."
 acesql ask --model models/grpo --db shop.sqlite "Which customer spent most?"
 acesql serve log --model models/grpo --register acesql-serve   # for `mlflow models serve`
 acesql check-gold-sql            # the SQL engine's self-check on Spider dev's gold SQL
@@ -58,7 +58,7 @@ cli.add_command(debug.debug)
 
 
 def main() -> None:
-    # SIGTERM unwinds a command like Ctrl-C, so that its temporary folders (a judge's
+    # SIGTERM unwinds a command like Ctrl-C, so that its temporary folders (a fix check's
     # replicas) and child processes go with it, as a stage's do (acesql.stages.common)
     signal.signal(signal.SIGTERM, _interrupted)
     try:

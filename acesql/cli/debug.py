@@ -1,4 +1,4 @@
-"""`acesql debug`: SQL debugging tasks (judge a fix, evaluate the agent, import BIRD-CRITIC)."""
+"""`acesql debug`: SQL debugging tasks (check a fix, evaluate the agent, import BIRD-CRITIC)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from acesql.sql.sandbox import check_timeout
 
 @click.group()
 def debug():
-    """SQL debugging tasks: judge a fix, read BIRD-CRITIC's format, look at tasks."""
+    """SQL debugging tasks: check a fix, read BIRD-CRITIC's format, look at tasks."""
 
 
 def _find_task(tasks_file, task_id):
@@ -28,17 +28,17 @@ def _find_task(tasks_file, task_id):
     return found
 
 
-@debug.command("judge")
+@debug.command("check")
 @click.option("--tasks", "tasks_file", required=True, type=click.Path(), help="Tasks JSONL.")
 @click.option("--id", "task_id", required=True, help="The task's task_id.")
 @click.option("--fix", help="The fix: one or more SQL statements.")
 @click.option("--fix-file", type=click.Path(), callback=regular_file, help="The fix, from a file.")
 @click.option("--timeout", "timeout_s", default=10.0, show_default=True, help="Per statement (s).")
-def debug_judge(tasks_file, task_id, fix, fix_file, timeout_s):
+def debug_check(tasks_file, task_id, fix, fix_file, timeout_s):
     """Run a fix beside the task's solution (never on the database itself); print the verdict."""
     import tempfile
 
-    from acesql.debug.judge import judge
+    from acesql.debug.check import check_fix
     from acesql.sql.replicas import Replicas
 
     if (fix is None) == (fix_file is None):
@@ -49,7 +49,19 @@ def debug_judge(tasks_file, task_id, fix, fix_file, timeout_s):
         tempfile.TemporaryDirectory(prefix="acesql-replicas-") as scratch,
         Replicas(scratch, timeout_s=check_timeout(timeout_s)) as replicas,
     ):
-        echo_json({"task_id": task.task_id, **judge(task, text, replicas).to_dict()})
+        echo_json({"task_id": task.task_id, **check_fix(task, text, replicas).to_dict()})
+
+
+debug.add_command(  # its old name
+    click.Command(
+        "judge",
+        callback=debug_check.callback,
+        params=debug_check.params,
+        help="The old name of `acesql debug check`.",
+        hidden=True,
+        deprecated="Use `acesql debug check`: the same check of a fix.",
+    )
+)
 
 
 def _read_fix(path) -> str:

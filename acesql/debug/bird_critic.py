@@ -4,15 +4,15 @@ One JSON object per line. The fields read (both spellings of the releases are ac
 `instance_id`; `selected_database` or `db_id`; `query` (the user's issue text); `issue_sql`
 or `error_sql`; `sol_sql`; `preprocess_sql`; `category` (`Query`, `Management`,
 `Personalization`); `dialect` (absent: the `dialect` argument). Statements come as lists or as
-one string. `clean_up_sql` is not needed (each judgment runs on private views of a replica).
+one string. `clean_up_sql` is not needed (each check runs on private views of a replica).
 
 What differs from the benchmark's own harness, said plainly:
 - Execution is SQLite's. SQL of another dialect is translated with sqlglot; a statement it
   cannot translate drops the task (counted as `transpile_failed`).
 - The task's Python `test_cases` are not run (they are code, and they call the benchmark's
-  own database helpers); a fix is judged by the category's rule against `sol_sql`
+  own database helpers); a fix is checked by the category's rule against `sol_sql`
   (`acesql.debug.task`): the result for queries, the state left behind otherwise.
-- Tasks without `sol_sql` (the hidden test split) cannot be judged and are counted, not read.
+- Tasks without `sol_sql` (the hidden test split) cannot be checked and are counted, not read.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ DIALECTS = {
 def load_bird_critic(
     path: str | Path, db_root: str | Path, dialect: str = "sqlite", split: str = "test"
 ) -> tuple[list[DebugTask], Counter]:
-    """The judgeable tasks of a BIRD-CRITIC JSONL file, and the others counted by reason.
+    """The checkable tasks of a BIRD-CRITIC JSONL file, and the others counted by reason.
 
     Databases are looked up as `db_root/<db>/<db>.sqlite` (BIRD's layout) or
     `db_root/<db>.sqlite`. A line that is not a JSON object naming a database is a DataError

@@ -8,7 +8,7 @@ For each database of a split, `tasks_per_db` tasks in the categories' shares:
 
 A draft becomes a task only when running it shows what the task claims: the solution runs
 and does something (rows returned, rows changed, a view or log that is not empty), the
-solution passes its own judgment, and the broken SQL fails it. The issue text then describes
+solution passes its own check, and the broken SQL fails it. The issue text then describes
 the symptom the broken SQL produced. Tasks keep the split of their database, so test_ood
 tasks are on domains never seen in train, as for the text-to-SQL data.
 """
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from acesql.data.loaders import Example
 from acesql.debug.bugs import QUERY_BUGS, inject
+from acesql.debug.check import check_fix
 from acesql.debug.intents import MANAGEMENT, PERSONALIZATION, Draft, view_draft
 from acesql.debug.issues import describe_symptom, write_issue
-from acesql.debug.judge import judge
 from acesql.debug.task import CATEGORIES, DebugTask
 from acesql.errors import ConfigError
 from acesql.sql.replicas import Replicas
@@ -166,9 +166,9 @@ class _DatabaseTasks:
             split=self.split,
             source="synth",
         )
-        broken = judge(task, task.issue_sql, self.replicas)
+        broken = check_fix(task, task.issue_sql, self.replicas)
         problem = _problem(task, broken)
-        if problem is None and not judge(task, task.solution_sql, self.replicas).passed:
+        if problem is None and not check_fix(task, task.solution_sql, self.replicas).passed:
             problem = "solution_not_reproducible"
         if problem:
             self.rejected[problem] += 1
@@ -185,7 +185,7 @@ class _DatabaseTasks:
 
 
 def _problem(task: DebugTask, broken) -> str | None:
-    """Why a draft is not a task, from the judgment of its broken SQL; None when it is one."""
+    """Why a draft is not a task, from the check of its broken SQL; None when it is one."""
     if not broken.usable:
         return "solution_fails"
     if broken.passed:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from acesql.debug.judge import Judgment
+from acesql.debug.check import FixCheck
 from acesql.sql.sandbox import ExecResult
 
 OPENERS = (
@@ -34,20 +34,20 @@ def write_issue(intent: str, issue_sql: list[str], symptom: str, rng: random.Ran
     return f"{opener}\n```sql\n{code}\n```\n{symptom} {rng.choice(CLOSERS)}"
 
 
-def describe_symptom(judgment: Judgment, category: str) -> str:
-    """What the user saw when running the broken SQL, from a failed `Judgment` of it."""
-    got = judgment.fix_results[-1] if judgment.fix_results else None
+def describe_symptom(checked: FixCheck, category: str) -> str:
+    """What the user saw when running the broken SQL, from a failed `FixCheck` of it."""
+    got = checked.fix_results[-1] if checked.fix_results else None
     if got is not None and not got.ok:
         if got.timed_out:
             return "It never finishes."
         return f"It fails with this error: {got.error}."
     if category == "query":
-        return _result_symptom(got, judgment.solution_results[-1], "It")
-    for fix_check, solution_check in judgment.checks:
+        return _result_symptom(got, checked.solution_results[-1], "It")
+    for fix_check, solution_check in checked.checks:
         if _rows(fix_check) != _rows(solution_check):
             subject = "It runs, but reading the result back"
             return _result_symptom(fix_check, solution_check, subject)
-    return _change_symptom(got, judgment.solution_results[-1])
+    return _change_symptom(got, checked.solution_results[-1])
 
 
 def _result_symptom(got: ExecResult, expected: ExecResult, subject: str) -> str:

@@ -1,4 +1,4 @@
-"""Debugging tasks: injected bugs, the judge, intents, generation from synthetic data."""
+"""Debugging tasks: injected bugs, the fix check, intents, generation from synthetic data."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from acesql.data.loaders import load_dataset
 from acesql.debug.bugs import QUERY_BUGS, inject
 from acesql.debug.build import BuildConfig, build_tasks, summarize
+from acesql.debug.check import check_fix
 from acesql.debug.intents import MANAGEMENT, PERSONALIZATION
-from acesql.debug.judge import judge
 from acesql.debug.task import DebugTask, read_tasks, write_tasks
 from acesql.errors import ConfigError, DataError
 from acesql.sql.replicas import Replicas
@@ -59,27 +59,27 @@ def test_an_unknown_bug_names_the_known_ones(schemas):
 
 def test_a_query_fix_passes_on_the_same_rows_in_any_column_order(replicas, school_db):
     t = task(school_db, solution_sql=["SELECT name, age FROM student WHERE age > 20"])
-    assert judge(t, "SELECT age, name FROM student WHERE NOT age <= 20", replicas).passed
-    wrong = judge(t, "SELECT name, age FROM student WHERE age >= 20", replicas)
+    assert check_fix(t, "SELECT age, name FROM student WHERE NOT age <= 20", replicas).passed
+    wrong = check_fix(t, "SELECT name, age FROM student WHERE age >= 20", replicas)
     assert not wrong.passed and wrong.usable and wrong.reason != "pass"
-    broken = judge(t, "SELECT nam FROM student", replicas)
+    broken = check_fix(t, "SELECT nam FROM student", replicas)
     assert not broken.passed and broken.reason.startswith("fix_error (statement 1 of 1)")
-    assert not judge(t, "  ", replicas).passed
+    assert not check_fix(t, "  ", replicas).passed
 
 
-def test_a_management_fix_is_judged_on_the_state_it_leaves(replicas, school_db):
+def test_a_management_fix_is_checked_on_the_state_it_leaves(replicas, school_db):
     t = task(
         school_db,
         "management",
         solution_sql=["UPDATE student SET gpa = 0 WHERE age IS NOT NULL", "DELETE FROM course"],
     )
     same = "DELETE FROM course WHERE 1; UPDATE student SET gpa = 0.0 WHERE NOT age IS NULL"
-    assert judge(t, same, replicas).passed
-    judgment = judge(
+    assert check_fix(t, same, replicas).passed
+    checked = check_fix(
         t, ["UPDATE student SET gpa = 0 WHERE age <> NULL", "DELETE FROM course"], replicas
     )
-    assert not judgment.passed and judgment.reason == "state: table student differs"
-    extra = judge(t, [*t.solution_sql, "CREATE TABLE note (x)"], replicas)
+    assert not checked.passed and checked.reason == "state: table student differs"
+    extra = check_fix(t, [*t.solution_sql, "CREATE TABLE note (x)"], replicas)
     assert not extra.passed and "extra" in extra.reason
 
 
@@ -94,9 +94,9 @@ def test_a_management_fix_is_judged_on_the_state_it_leaves(replicas, school_db):
 )
 def test_a_temp_object_is_part_of_the_state_and_cannot_hide_a_table(replicas, school_db, fix):
     t = task(school_db, "management", solution_sql=["DELETE FROM student WHERE age > 40"])
-    judgment = judge(t, fix, replicas)
-    assert not judgment.passed and judgment.reason.startswith("state: schema objects differ")
-    assert "temp" in judgment.reason
+    checked = check_fix(t, fix, replicas)
+    assert not checked.passed and checked.reason.startswith("state: schema objects differ")
+    assert "temp" in checked.reason
 
 
 def test_checks_run_on_both_sides_after_the_fix(replicas, school_db):
@@ -113,22 +113,22 @@ def test_checks_run_on_both_sides_after_the_fix(replicas, school_db):
             "SELECT id FROM gone",
         ],
     )
-    assert judge(t, t.solution_sql, replicas).passed
-    wrong = judge(t, [t.solution_sql[0].replace("AFTER DELETE", "AFTER UPDATE")], replicas)
+    assert check_fix(t, t.solution_sql, replicas).passed
+    wrong = check_fix(t, [t.solution_sql[0].replace("AFTER DELETE", "AFTER UPDATE")], replicas)
     assert not wrong.passed and wrong.reason == "state: check 2 differs"
     assert wrong.checks[1][0].rows == [] and len(wrong.checks[1][1].rows) == 1
 
 
 def test_a_task_whose_solution_fails_is_unusable(replicas, school_db):
     t = task(school_db, solution_sql=["SELECT nope FROM student"])
-    judgment = judge(t, "SELECT 1", replicas)
-    assert not judgment.passed and not judgment.usable
+    checked = check_fix(t, "SELECT 1", replicas)
+    assert not checked.passed and not checked.usable
 
 
 def test_judging_never_touches_the_database(replicas, school_db):
     before = school_db.read_bytes()
     t = task(school_db, "management", solution_sql=["DELETE FROM student"])
-    judge(t, "DROP TABLE student", replicas)
+    check_fix(t, "DROP TABLE student", replicas)
     assert school_db.read_bytes() == before
 
 
@@ -156,8 +156,8 @@ def test_intent_rules_give_working_solutions_and_broken_issues(
             preprocess_sql=draft.preprocess_sql,
             checks=draft.checks,
         )
-        assert judge(t, t.solution_sql, replicas).passed, draft
-        broken = judge(t, t.issue_sql, replicas)
+        assert check_fix(t, t.solution_sql, replicas).passed, draft
+        broken = check_fix(t, t.issue_sql, replicas)
         assert broken.usable, draft
         broken_ones += not broken.passed
     assert broken_ones  # drafts whose issue changes nothing are dropped by the builder
@@ -170,8 +170,8 @@ def test_tasks_from_synthetic_data_are_verified_and_keep_their_split(replicas, s
     assert tasks and {t.split for t in tasks} == {"test_ood"}
     assert {t.category for t in tasks} <= {"query", "management", "personalization"}
     for t in tasks:
-        assert judge(t, t.solution_sql, replicas).passed
-        assert not judge(t, t.issue_sql, replicas).passed
+        assert check_fix(t, t.solution_sql, replicas).passed
+        assert not check_fix(t, t.issue_sql, replicas).passed
         assert t.issue_sql[0].rstrip(";") in t.issue
         assert t.solution_sql[0] not in t.issue
     again, _ = build_tasks(examples, "test_ood", replicas, config)
@@ -205,7 +205,7 @@ def test_tasks_round_trip_and_bad_lines_are_named(tmp_path, school_db):
         read_tasks(tmp_path / "missing.jsonl")
 
 
-def test_bird_critic_records_become_judgeable_tasks(replicas, school_db, tmp_path):
+def test_bird_critic_records_become_checkable_tasks(replicas, school_db, tmp_path):
     from acesql.debug.bird_critic import load_bird_critic
 
     fixture = Path(__file__).parents[1] / "fixtures" / "bird_critic_sample.jsonl"
@@ -217,8 +217,8 @@ def test_bird_critic_records_become_judgeable_tasks(replicas, school_db, tmp_pat
     assert '"dept_id"' in tasks[0].solution_sql[0]  # MySQL backticks, translated
     for t in tasks:
         assert t.source == "bird-critic" and t.issue
-        assert judge(t, t.solution_sql, replicas).passed
-        assert not judge(t, t.issue_sql, replicas).passed
+        assert check_fix(t, t.solution_sql, replicas).passed
+        assert not check_fix(t, t.issue_sql, replicas).passed
     bad = tmp_path / "bad.jsonl"
     bad.write_text(fixture.read_text() + '{"query": "no database"}\n')
     with pytest.raises(DataError, match=r"bad.jsonl:7: no selected_database"):
@@ -235,7 +235,7 @@ def test_the_debug_commands(tmp_path, school_db):
     run = CliRunner().invoke
 
     def judged(*fix):
-        result = run(cli, ["debug", "judge", "--tasks", str(tasks_file), "--id", "t1", *fix])
+        result = run(cli, ["debug", "check", "--tasks", str(tasks_file), "--id", "t1", *fix])
         assert result.exit_code == 0, result.output
         return json.loads(result.output)
 
@@ -245,7 +245,7 @@ def test_the_debug_commands(tmp_path, school_db):
     fix_file = tmp_path / "fix.sql"
     fix_file.write_text("DELETE FROM course; SELECT COUNT(*) FROM course;")
     assert judged("--fix-file", str(fix_file))["passed"]
-    missing = run(cli, ["debug", "judge", "--tasks", str(tasks_file), "--id", "nope", "--fix", "x"])
+    missing = run(cli, ["debug", "check", "--tasks", str(tasks_file), "--id", "nope", "--fix", "x"])
     assert missing.exit_code != 0 and "no task 'nope'" in missing.output
     shown = run(cli, ["debug", "show", "--tasks", str(tasks_file)])
     assert json.loads(shown.output)["by_category"] == {"management": 1}
@@ -309,7 +309,7 @@ def test_a_fix_file_that_is_not_utf8_is_refused_in_one_line(
     write_tasks(tasks_file, [task(school_db)])
     fix = tmp_path / "fix.sql"
     fix.write_bytes(b"SELECT '\xff'")
-    argv = ["acesql", "debug", "judge", "--tasks", str(tasks_file), "--id", "t1"]
+    argv = ["acesql", "debug", "check", "--tasks", str(tasks_file), "--id", "t1"]
     monkeypatch.setattr(sys, "argv", [*argv, "--fix-file", str(fix)])
     with pytest.raises(SystemExit) as exited:
         main()
@@ -355,7 +355,7 @@ def test_a_statement_too_deep_to_translate_is_counted_not_fatal(tmp_path, school
     assert len(tasks) == 3 and skipped["transpile_failed"] == 2
 
 
-def test_a_judge_stopped_by_sigterm_leaves_no_replica_behind(tmp_path, school_db):
+def test_a_fix_check_stopped_by_sigterm_leaves_no_replica_behind(tmp_path, school_db):
     import os
     import signal
     import subprocess
@@ -369,7 +369,7 @@ def test_a_judge_stopped_by_sigterm_leaves_no_replica_behind(tmp_path, school_db
     endless = (
         "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
     )
-    command = [sys.executable, "-c", "from acesql.cli import main; main()", "debug", "judge"]
+    command = [sys.executable, "-c", "from acesql.cli import main; main()", "debug", "check"]
     command += ["--tasks", str(tasks_file), "--id", "t1", "--timeout", "60", "--fix", endless]
     proc = subprocess.Popen(
         command, env=os.environ | {"TMPDIR": str(scratch)}, text=True, stderr=subprocess.PIPE
@@ -382,3 +382,19 @@ def test_a_judge_stopped_by_sigterm_leaves_no_replica_behind(tmp_path, school_db
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 130
     assert list(scratch.iterdir()) == []
+
+
+def test_the_old_name_of_the_fix_check_still_runs_it(tmp_path, school_db):
+    from click.testing import CliRunner
+
+    from acesql.cli import cli
+
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks(tasks_file, [task(school_db, "management", solution_sql=["DELETE FROM course"])])
+    args = ["--tasks", str(tasks_file), "--id", "t1", "--fix", "DELETE FROM student"]
+    old = CliRunner().invoke(cli, ["debug", "judge", *args])
+    new = CliRunner().invoke(cli, ["debug", "check", *args])
+    assert "deprecated" in old.stderr and "acesql debug check" in old.stderr
+    verdicts = [json.loads(result.stdout) for result in (old, new)]
+    assert [v["passed"] for v in verdicts] == [False, False]
+    assert verdicts[0]["reason"] == verdicts[1]["reason"]

@@ -86,8 +86,8 @@ def test_a_replica_lease_stops_one_long_call_and_keeps_its_state(tmp_path, schoo
             assert db.execute("SELECT count(*) FROM student").rows == [(60,)]
 
 
-def test_debug_judge_stops_a_fix_with_one_long_call(tmp_path, school_db, long_call):
-    from acesql.debug.judge import judge
+def test_debug_check_stops_a_fix_with_one_long_call(tmp_path, school_db, long_call):
+    from acesql.debug.check import check_fix
     from acesql.debug.task import DebugTask
 
     task = DebugTask(
@@ -100,7 +100,7 @@ def test_debug_judge_stops_a_fix_with_one_long_call(tmp_path, school_db, long_ca
         solution_sql=["SELECT count(*) FROM student"],
     )
     with Replicas(tmp_path / "r", timeout_s=TIMEOUT) as replicas:
-        verdict, wall = _timed(lambda: judge(task, long_call, replicas))
+        verdict, wall = _timed(lambda: check_fix(task, long_call, replicas))
     assert not verdict.passed and "timeout" in verdict.reason
     assert wall < TIMEOUT + SLACK + 0.5
 

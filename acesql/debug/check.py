@@ -1,7 +1,7 @@
 """Judging a fix: run it and the solution side by side on private views of one replica.
 
-`judge(task, fix, replicas)` never raises on bad SQL: a fix that fails, errs or leaves the
-wrong result comes back as `Judgment(passed=False, reason=...)`. A task whose own solution
+`check_fix(task, fix, replicas)` never raises on bad SQL: a fix that fails, errs or leaves the
+wrong result comes back as `FixCheck(passed=False, reason=...)`. A task whose own solution
 fails is `usable=False` (it says nothing about the fix).
 """
 
@@ -21,7 +21,7 @@ MAX_STATE_ROWS = 200_000  # rows per table or view compared; past it the state i
 
 
 @dataclass
-class Judgment:
+class FixCheck:
     passed: bool
     reason: str  # "pass", or why not: "fix_error: ...", "different_rows", "state: table t", ...
     usable: bool = True  # False when the task's own solution fails
@@ -38,37 +38,37 @@ class Judgment:
         }
 
 
-def judge(task: DebugTask, fix: str | list[str], replicas: Replicas) -> Judgment:
+def check_fix(task: DebugTask, fix: str | list[str], replicas: Replicas) -> FixCheck:
     """Whether `fix` (a script, or its statements) solves `task`; see `DebugTask` for the rule."""
     statements = split_statements(fix) if isinstance(fix, str) else [s for s in fix if s.strip()]
     if not statements:
-        return Judgment(False, "fix_error: no SQL")
+        return FixCheck(False, "fix_error: no SQL")
     with replicas.lease(task.db_path) as mine, replicas.lease(task.db_path) as ref:
         for sql in task.preprocess_sql:
             done = ref.execute(sql)
             if not done.ok:
-                return Judgment(False, f"preprocess fails: {done.error}", usable=False)
+                return FixCheck(False, f"preprocess fails: {done.error}", usable=False)
             mine.execute(sql)
         expected = run_statements(ref, task.solution_sql)
         if not expected[-1].ok:
-            return Judgment(False, f"solution fails: {expected[-1].error}", usable=False)
+            return FixCheck(False, f"solution fails: {expected[-1].error}", usable=False)
         got = run_statements(mine, statements)
-        judgment = Judgment(False, "", fix_results=got, solution_results=expected)
+        checked = FixCheck(False, "", fix_results=got, solution_results=expected)
         if not got[-1].ok:
             where = f"statement {len(got)} of {len(statements)}"
-            judgment.reason = f"fix_error ({where}): {got[-1].error}"
-            return judgment
+            checked.reason = f"fix_error ({where}): {got[-1].error}"
+            return checked
         if task.category == "query":
             ordered = has_order_by(task.solution_sql[-1])
             match = execution_match(got[-1], expected[-1], "spider", ordered=ordered)
-            judgment.passed, judgment.usable = match.match, match.usable
-            judgment.reason = "pass" if match.match else match.reason
-            return judgment
+            checked.passed, checked.usable = match.match, match.usable
+            checked.reason = "pass" if match.match else match.reason
+            return checked
         for sql in task.checks:
-            judgment.checks.append((mine.execute(sql), ref.execute(sql)))
-        difference = _checks_difference(judgment.checks) or state_difference(mine, ref)
-        judgment.passed, judgment.reason = difference is None, difference or "pass"
-        return judgment
+            checked.checks.append((mine.execute(sql), ref.execute(sql)))
+        difference = _checks_difference(checked.checks) or state_difference(mine, ref)
+        checked.passed, checked.reason = difference is None, difference or "pass"
+        return checked
 
 
 def run_statements(lease: Lease, statements: list[str]) -> list[ExecResult]:
