@@ -36,6 +36,7 @@ from acesql.eval.runner import (
 from acesql.models.base_model import load_tokenizer
 from acesql.models.engine import open_engine
 from acesql.models.prompts import PromptBuilder
+from acesql.selection.fields import OLD_CANDIDATE_FIELDS
 from acesql.selection.selector import Selector
 from acesql.sql.batch_executor import BatchExecutor
 
@@ -182,15 +183,11 @@ class Evaluator:
         self.close()
 
 
-# rows written before the stored candidates' fields had their present names
-_OLD_NAMES = {"r3_pool": "r3_candidates", "r3_pool_match": "r3_candidates_match"}
-
-
 def _renamed(row: dict) -> dict:
     """`row` with its stored candidates' fields under their present names."""
-    if not any(old in row for old in _OLD_NAMES):
+    if not any(old in row for old in OLD_CANDIDATE_FIELDS):
         return row
-    return {_OLD_NAMES.get(key, key): value for key, value in row.items()}
+    return {OLD_CANDIDATE_FIELDS.get(key, key): value for key, value in row.items()}
 
 
 def stored_candidates(folder: str) -> dict[int, dict]:

@@ -45,6 +45,10 @@ from acesql.sql.majority import group_results, majority_vote
 FIELD_PREFIXES = ("maj_", "point_", "r3_", "r3rs_", "prm_")
 
 
+# the stored candidates' fields under the names rows were written with before these
+OLD_CANDIDATE_FIELDS = {"r3_pool": "r3_candidates", "r3_pool_match": "r3_candidates_match"}
+
+
 def is_selection_field(key: str) -> bool:
     """Whether a row field is written by a selection (see FIELD_PREFIXES).
 

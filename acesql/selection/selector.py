@@ -38,7 +38,7 @@ from acesql.models.engine import Completion
 from acesql.prm.select import ProcessScorer, best_of_n
 from acesql.ranking.judge import Context, LetterJudge
 from acesql.ranking.select import select_groupwise, select_with_resampling
-from acesql.selection.fields import prm_fields, ranked_fields
+from acesql.selection.fields import OLD_CANDIDATE_FIELDS, prm_fields, ranked_fields
 from acesql.sql.majority import group_results, majority_vote
 from acesql.sql.schema import Schema
 
@@ -230,7 +230,7 @@ class Selector:
 
 def _keeps_candidates(rows: str) -> bool:
     """Whether rows.jsonl's text holds stored candidates (under their old name too)."""
-    return '"r3_candidates"' in rows or '"r3_pool"' in rows
+    return any(f'"{name}"' in rows for name in ("r3_candidates", *OLD_CANDIDATE_FIELDS))
 
 
 def load_process_scorer(section: SelectionSection, tokenizer, executor) -> ProcessScorer:
