@@ -71,11 +71,14 @@ trigger: setup
 	$(NEED_API)
 	$(PREFECT) deployment run $(DEPLOYMENT) --params '$(PARAMS)'
 
-# The fast suite; with CI=true (as CI runs it) the slow tests too, but not the external ones.
+# The fast suite, one worker a core (pytest-xdist; TEST_WORKERS=0 runs it in one process);
+# with CI=true (as CI runs it) the slow tests too, but not the external ones, in one process:
+# they time and kill processes of their own.
 TEST_MARKS := $(if $(filter true,$(CI)),not gpu and not external,not slow and not gpu)
+TEST_WORKERS ?= $(if $(filter true,$(CI)),0,auto)
 
 test: setup
-	$(PY) -m pytest -m "$(TEST_MARKS)" -q
+	$(PY) -m pytest -m "$(TEST_MARKS)" -q -n $(TEST_WORKERS)
 
 test-slow: setup
 	$(PY) -m pytest -m "slow or external" -q

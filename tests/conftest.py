@@ -22,6 +22,11 @@ os.environ["DVC_SITE_CACHE_DIR"] = os.path.join(_SCRATCH, "dvc-site-cache")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs one worker a core: one thread each, so the workers do not oversubscribe
+    # the cores with torch's and BLAS's own threads (set before either is imported)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
 def _checkcache_tolerating_races(filename=None, _checkcache=linecache.checkcache):
