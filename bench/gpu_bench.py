@@ -8,7 +8,7 @@ What it measures
     baseline) and then with bf16 autocast (`grpo.bf16_autocast`), in this one process, and
     sampling a third time from weights held in bf16 (no autocast):
 
-    update  `acesql.rl.update.DualRoleUpdate`, AdamW, PCGrad, a reference model (beta 0.001):
+    update  `acesql.grpo.update.DualRoleUpdate`, AdamW, PCGrad, a reference model (beta 0.001):
             8 retriever sequences (a `--retriever-prompt`-token prompt shared, 48-token
             completions) and 8 generator sequences (250-token prompt, 96-token completions),
             the update of one question of a GRPO step; seconds per update over `--steps`
@@ -74,7 +74,7 @@ def build(shape: dict, tokenizer, device: torch.device, seed: int = 0):
 
 
 def sequences(tokenizer, retriever_prompt: int, seed: int = 0) -> dict:
-    from acesql.rl.update import ScoredSequence
+    from acesql.grpo.update import ScoredSequence
 
     rng = random.Random(seed)
     low, high = 3, len(tokenizer) - 1
@@ -107,7 +107,7 @@ def _mib(value: float | None) -> str:
 def time_update(shape, tokenizer, device, bf16: bool, seqs, steps: int) -> dict:
     import copy
 
-    from acesql.rl.update import DualRoleUpdate
+    from acesql.grpo.update import DualRoleUpdate
 
     model = build(shape, tokenizer, device)
     ref = copy.deepcopy(model).eval().requires_grad_(False)

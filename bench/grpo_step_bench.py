@@ -8,7 +8,7 @@ What it measures
     trl   `trl.GRPOTrainer` (a bench-only dependency: `pip install -e '.[bench]'`), one role:
           2 retriever prompts x 8 = 16 completions per step, rewarded by whether the parsed
           column set equals the gold one;
-    ours  `acesql.rl.trainer.GrpoTrainer.step()`: both roles, 2 x 8 retriever completions,
+    ours  `acesql.grpo.trainer.GrpoTrainer.step()`: both roles, 2 x 8 retriever completions,
           voting, 2 x 8 generator completions on the pruned schemas, SQL execution, pool
           update, rewards, advantages, two losses, PCGrad, one optimizer step = 32 completions.
 
@@ -52,9 +52,9 @@ def pick_examples(path: Path, n: int):
 
 def run_ours(model_dir: Path, examples, steps: int, bf16: bool) -> dict:
     from acesql.config import GrpoSection
-    from acesql.rl.pool import EmpiricalPool
-    from acesql.rl.rollout import question_key
-    from acesql.rl.trainer import GrpoTrainer
+    from acesql.grpo.pool import EmpiricalPool
+    from acesql.grpo.rollout import question_key
+    from acesql.grpo.trainer import GrpoTrainer
 
     pool = EmpiricalPool()
     for ex in examples:

@@ -36,7 +36,7 @@ def schema_text(tables: int) -> str:
 
 
 def candidates():
-    from acesql.ranking.judge import Candidate
+    from acesql.ranker.judge import Candidate
     from acesql.sql.sandbox import ExecResult
 
     out = []
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from acesql.ranking.judge import Context, LetterJudge, next_token_logprobs, point_prompt
+    from acesql.ranker.judge import Context, LetterJudge, next_token_logprobs, point_prompt
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -7,7 +7,7 @@ What it measures
 
     sum         one backward pass of L_ret + lambda L_gen, one optimizer step: no projection
                 possible, the memory floor of a joint update;
-    ours        `acesql.rl.update.DualRoleUpdate`: two backward passes, the retriever's
+    ours        `acesql.grpo.update.DualRoleUpdate`: two backward passes, the retriever's
                 gradient copied once into a reused buffer, PCGrad combined in place;
     clone-both  the layout of the authors' released code: both role gradients cloned, the
                 projected copies built, their sum assigned to `.grad`.
@@ -38,8 +38,8 @@ from pathlib import Path
 
 import torch
 
-from acesql.rl.pcgrad import pcgrad_
-from acesql.rl.update import DualRoleUpdate, ScoredSequence
+from acesql.grpo.pcgrad import pcgrad_
+from acesql.grpo.update import DualRoleUpdate, ScoredSequence
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -36,7 +36,9 @@ REGISTRY: tuple[Stage, ...] = (
         main=True,
     ),
     Stage(
-        "rl_data", "the questions the SFT model solves only sometimes, and their pools.", main=True
+        "grpo_data",
+        "the questions the SFT model solves only sometimes, and their pools.",
+        main=True,
     ),
     Stage(
         "grpo",

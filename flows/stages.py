@@ -39,12 +39,12 @@ from acesql.config import (
     DebugDataSection,
     DistributedSection,
     EvaluateSection,
+    GrpoDataSection,
     GrpoSection,
     PrmDataSection,
     PrmSection,
     RankerDataSection,
     RankerSection,
-    RlDataSection,
     SftDataSection,
     SftSection,
 )
@@ -59,7 +59,7 @@ DataOverrides = overrides_model(DataSection)
 DebugDataOverrides = overrides_model(DebugDataSection)
 SftDataOverrides = overrides_model(SftDataSection)
 SftOverrides = overrides_model(SftSection)
-RlDataOverrides = overrides_model(RlDataSection)
+GrpoDataOverrides = overrides_model(GrpoDataSection)
 GrpoOverrides = overrides_model(GrpoSection)
 EvaluateOverrides = overrides_model(EvaluateSection)
 RankerDataOverrides = overrides_model(RankerDataSection)
@@ -187,11 +187,13 @@ def sft_flow(
     reproduce("sft", sft, force, parent_run_id, distributed)
 
 
-@stage_flow("rl_data")
-def rl_data_flow(
-    rl_data: RlDataOverrides | None = None, force: bool = False, parent_run_id: str | None = None
+@stage_flow("grpo_data")
+def grpo_data_flow(
+    grpo_data: GrpoDataOverrides | None = None,
+    force: bool = False,
+    parent_run_id: str | None = None,
 ) -> None:
-    reproduce("rl_data", rl_data, force, parent_run_id)
+    reproduce("grpo_data", grpo_data, force, parent_run_id)
 
 
 @stage_flow("grpo")

@@ -1,5 +1,5 @@
 """One training step in this process, alone or as one rank of a `torchrun` job; process 0
-writes the resulting weights and the step's record to OUT. Used by tests/rl/test_distributed.py:
+writes the resulting weights and the step's record to OUT. Used by tests/grpo/test_distributed.py:
 
     python tests/dist_worker.py grpo MODEL SYNTH OUT [--sharding fsdp] [--granularity global]
     torchrun --nproc_per_node 2 tests/dist_worker.py grpo MODEL SYNTH OUT
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from acesql.data.loaders import load_dataset  # noqa: E402
 from acesql.distributed import close, full_state_dict, init_from_env  # noqa: E402
-from acesql.rl.trainer import GrpoTrainer  # noqa: E402
+from acesql.grpo.trainer import GrpoTrainer  # noqa: E402
 from tests.grpo_helpers import grpo_config, scripted_engine, seeded_pool  # noqa: E402
 
 

@@ -7,10 +7,10 @@ import torch
 import yaml
 
 from acesql.config import GrpoSection
-from acesql.rl.pool import EmpiricalPool
-from acesql.rl.rollout import question_key
-from acesql.rl.trainer import GrpoTrainer
-from acesql.rl.update import ScoredSequence
+from acesql.grpo.pool import EmpiricalPool
+from acesql.grpo.rollout import question_key
+from acesql.grpo.trainer import GrpoTrainer
+from acesql.grpo.update import ScoredSequence
 from tests.fakes import RoleEngine, columns_answer, sql_answer
 
 
@@ -82,7 +82,7 @@ def grpo_trainer(tiny_model_dir, examples, tmp_path, cfg, engine_right_every=2, 
 
 
 def stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo):
-    """A project for the rl_data and grpo stages: the tiny model as models/sft, `examples` as
+    """A project for the grpo_data and grpo stages: the tiny model as models/sft, `examples` as
     the prepared train split; returns its params.yaml."""
     import shutil
 
@@ -105,7 +105,7 @@ def stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo):
             "results_dir": str(tmp_path / "results"),
             "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
         },
-        "rl_data": {
+        "grpo_data": {
             "retriever_samples": 2,
             "generator_samples": 2,
             "min_correct": 0,
@@ -122,10 +122,10 @@ def stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo):
 
 
 def rl_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo):
-    """A grpo-ready project: `stage_project` plus rl_data's outputs (every example, the pool
+    """A grpo-ready project: `stage_project` plus grpo_data's outputs (every example, the pool
     seeded with its gold columns)."""
     params = stage_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo)
-    rl = tmp_path / "data" / "rl"
+    rl = tmp_path / "data" / "grpo"
     rl.mkdir(parents=True)
     (rl / "train.jsonl").write_text("".join(json.dumps(e.to_dict()) + "\n" for e in examples))
     seeded_pool(examples).save(rl / "initial_pool.json")
@@ -135,8 +135,8 @@ def rl_project(tmp_path, tiny_model_dir, synth_dir, examples, grpo):
 def sgd_update(model_dir, device="cpu", **kw):
     """A fresh fp32 policy and reference under one DualRoleUpdate by SGD (lr 0.1, beta 0.01);
     `kw` goes to DualRoleUpdate (bf16 autocast off unless given)."""
+    from acesql.grpo.update import DualRoleUpdate
     from acesql.models.base_model import load_model
-    from acesql.rl.update import DualRoleUpdate
 
     torch.manual_seed(0)
     model = load_model(model_dir, dtype="float32", device=device)

@@ -2,7 +2,7 @@
 
 Each step: `tasks_per_step` tasks, `group_size` trajectories each (`run_episodes`, sampled
 at `temperature`); a reward per trajectory (`REWARDS`); advantages normalised within each
-task's group (`acesql.rl.advantages.group_advantages`); every turn of a trajectory becomes
+task's group (`acesql.grpo.advantages.group_advantages`); every turn of a trajectory becomes
 one sequence (its prompt, observations included, is context only; its sampled tokens carry
 the trajectory's advantage); one update on their token-mean clipped loss with the k3 KL to
 the frozen starting model (`DualRoleUpdate.single_role`). The rollout engine shares the
@@ -40,10 +40,10 @@ from acesql.agent.rewards import (
     partial_correctness,
 )
 from acesql.errors import ConfigError
+from acesql.grpo.advantages import group_advantages
+from acesql.grpo.plots import agent_curves_figure
+from acesql.grpo.update import ScoredSequence, single_role_training
 from acesql.progress import history_windows, window_mean
-from acesql.rl.advantages import group_advantages
-from acesql.rl.plots import agent_curves_figure
-from acesql.rl.update import ScoredSequence, single_role_training
 from acesql.sql.replicas import Replicas
 from acesql.tracking import NullTracker, Tracker
 

@@ -36,7 +36,7 @@ def pool_replay(gamma, events):
     {question: {"weights": [[[cols...], w], ...], "targets": [[cols...], ...]}}.
     """
     from acesql.data.loaders import parse_jsonl
-    from acesql.rl.pool import replay
+    from acesql.grpo.pool import replay
 
     with click.open_file(events, encoding="utf-8") as fh:
         parsed = parse_jsonl(fh, events)

@@ -13,7 +13,7 @@ Every field carries a description, so `DataSection.model_json_schema()` document
     data = load_section("params.yaml", "data")   # one stage's section, checked alone
 
 Where things live: `section` (the `Section` base, `MatchMode`), `shared` (base, base_model,
-prompt, generation), `data` (data, sft_data, rl_data, debug_data), `training` (sft, grpo,
+prompt, generation), `data` (data, sft_data, grpo_data, debug_data), `training` (sft, grpo,
 distributed), `agent` (the agent curriculum's four stages), `ranking` (ranker_data, ranker,
 prm_data, prm), `evaluation` (evaluate, selection), `params` (`Params` and the loaders).
 """
@@ -22,14 +22,14 @@ from acesql.config.agent import AgentGrpoSection, AgentSftSection
 from acesql.config.data import (
     DataSection,
     DebugDataSection,
-    RlDataSection,
+    GrpoDataSection,
     SftDataSection,
     SynthSection,
     WideSection,
 )
 from acesql.config.evaluation import EvaluateSection, SelectionSection
 from acesql.config.params import Params, load_params, load_section
-from acesql.config.ranking import PrmDataSection, PrmSection, RankerDataSection, RankerSection
+from acesql.config.ranker import PrmDataSection, PrmSection, RankerDataSection, RankerSection
 from acesql.config.section import Section
 from acesql.config.shared import BaseModelSection, BaseSection, GenerationSection
 from acesql.config.training import DistributedSection, GrpoSection, SftSection
@@ -50,7 +50,7 @@ __all__ = [
     "PrmSection",
     "RankerDataSection",
     "RankerSection",
-    "RlDataSection",
+    "GrpoDataSection",
     "Section",
     "SelectionSection",
     "SftDataSection",

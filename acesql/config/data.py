@@ -1,5 +1,5 @@
 """Sections of the data stages: `data` (source, splits, synthetic generator, the wide held-out
-set, filtering), `sft_data`, `rl_data` and `debug_data`. Labels and split names are checked
+set, filtering), `sft_data`, `grpo_data` and `debug_data`. Labels and split names are checked
 against what the chosen source gives (`acesql.data.loaders`)."""
 
 from __future__ import annotations
@@ -249,8 +249,8 @@ class SftDataSection(Section):
         return self
 
 
-class RlDataSection(Section):
-    """The `rl_data` stage: questions the SFT model solves only sometimes, and the pool seed."""
+class GrpoDataSection(Section):
+    """The `grpo_data` stage: questions the SFT model solves only sometimes, and the pool seed."""
 
     max_questions: int | None = Field(
         None, ge=1, description="Train questions rolled out (spread over databases); null: all."
@@ -282,7 +282,7 @@ class RlDataSection(Section):
     )
 
     @model_validator(mode="after")
-    def _bounds_fit_the_samples(self) -> RlDataSection:
+    def _bounds_fit_the_samples(self) -> GrpoDataSection:
         if not self.min_correct <= self.max_correct <= self.generator_samples:
             raise ValueError(
                 "needs min_correct <= max_correct <= generator_samples; got "

@@ -54,7 +54,7 @@ class SelectionSection(Section):
     The generator samples `candidates` SQL per question on the retriever's pruned schema;
     `method` says how the answer is chosen among them: `greedy` samples nothing (the greedy
     answer), `maj` votes by execution result (maj@n), `r3` ranks the execution groups with
-    the ranker role's judgments (`acesql.ranking.select`). Evaluation always reports the
+    the ranker role's judgments (`acesql.ranker.select`). Evaluation always reports the
     greedy answer too, and with `r3` also maj@n and pointwise best-of-n on the same
     candidates, so one run compares them at equal n.
     """

@@ -9,9 +9,9 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from acesql.config.agent import AgentGrpoSection, AgentSftSection
-from acesql.config.data import DataSection, DebugDataSection, RlDataSection, SftDataSection
+from acesql.config.data import DataSection, DebugDataSection, GrpoDataSection, SftDataSection
 from acesql.config.evaluation import EvaluateSection, SelectionSection
-from acesql.config.ranking import PrmDataSection, PrmSection, RankerDataSection, RankerSection
+from acesql.config.ranker import PrmDataSection, PrmSection, RankerDataSection, RankerSection
 from acesql.config.section import Section
 from acesql.config.shared import BaseModelSection, BaseSection, PromptSection
 from acesql.config.training import DistributedSection, GrpoSection, SftSection
@@ -32,7 +32,7 @@ class Params(Section):
     debug_data: DebugDataSection = Field(
         default_factory=DebugDataSection, description="The debug_data stage."
     )
-    rl_data: RlDataSection = Field(default_factory=RlDataSection, description="rl_data.")
+    grpo_data: GrpoDataSection = Field(default_factory=GrpoDataSection, description="grpo_data.")
     reasoning_sft: AgentSftSection = Field(
         default_factory=lambda: AgentSftSection(model="models/grpo", max_turns=1),
         description="The agent curriculum's 1st stage: reasoning imitation (one turn).",
@@ -74,6 +74,7 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     """Every section of a params file, validated (absent sections take their defaults; a
     section written with nothing under it is an error: `name: {}` asks for the defaults)."""
     raw = _read(path)
+    _no_renamed_sections(raw, path)
     _no_empty_sections(raw, path)
     try:
         return Params.model_validate(raw)
@@ -95,6 +96,7 @@ def load_section(path: str | Path, name: str) -> Section:
         )
     model = field.annotation
     raw = _read(path)
+    _no_renamed_sections(raw, path)
     unknown = [key for key in raw if key not in Params.model_fields]
     if unknown:
         raise ConfigError(
@@ -113,6 +115,19 @@ def load_section(path: str | Path, name: str) -> Section:
         return model.model_validate(raw[name])
     except ValidationError as exc:
         raise ConfigError(_explain(exc, model, (name,), path)) from exc
+
+
+# sections whose names changed: an old params file is told the new name, not "unknown"
+RENAMED = {"rl_data": "grpo_data"}
+
+
+def _no_renamed_sections(raw: dict, path) -> None:
+    old = [name for name in raw if name in RENAMED]
+    if old:
+        raise ConfigError(
+            f"{path}: section {old[0]!r} is now called {RENAMED[old[0]]!r}; rename it "
+            f"(its keys are the same)"
+        )
 
 
 def _no_empty_sections(raw: dict, path) -> None:

@@ -62,7 +62,7 @@ class GrpoSection(Section):
     learning_rate: float = Field(1e-6, gt=0, description="AdamW learning rate, constant.")
     warmup_ratio: float = Field(0.05, ge=0, lt=1, description="Share of steps warming up.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    epochs: float = Field(4.0, gt=0, description="Passes over the rl_data questions.")
+    epochs: float = Field(4.0, gt=0, description="Passes over the grpo_data questions.")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many steps.")
     time_budget_minutes: float | None = Field(
         None, gt=0, description="Stop (checkpoint and save) after this much time; null: none."

@@ -40,9 +40,9 @@ def audit_sweep(rows: list[dict], thresholds: tuple[float, ...] = GRID) -> list[
 
     >>> rows = [
     ...     {"r3rs_audit": 0.1, "r3rs_fired": True, "r3_match": False, "r3rs_match": True,
-    ...      "oracle_match": False, "r3rs_oracle": True, "maj_k": 8, "r3rs_generated": 24},
+    ...      "oracle_match": False, "r3rs_oracle": True, "candidates": 8, "r3rs_generated": 24},
     ...     {"r3rs_audit": 0.4, "r3rs_fired": False, "r3_match": True, "r3rs_match": True,
-    ...      "oracle_match": True, "r3rs_oracle": True, "maj_k": 8, "r3rs_generated": 8},
+    ...      "oracle_match": True, "r3rs_oracle": True, "candidates": 8, "r3rs_generated": 8},
     ... ]
     >>> [(p.threshold, p.fired, p.candidates, p.ex) for p in audit_sweep(rows, (0.05, 0.2, 0.5))]
     [(0.05, 0.0, 8.0, 0.5), (0.2, 0.5, 16.0, 1.0)]
@@ -60,7 +60,7 @@ def audit_sweep(rows: list[dict], thresholds: tuple[float, ...] = GRID) -> list[
         fires = [r["r3rs_audit"] < t for r in ranked]
         ex = [bool(r["r3rs_match"] if f else r["r3_match"]) for r, f in zip(ranked, fires)]
         recall = [bool(r["r3rs_oracle"] if f else r["oracle_match"]) for r, f in zip(ranked, fires)]
-        spent = [r["r3rs_generated"] if f else r["maj_k"] for r, f in zip(ranked, fires)]
+        spent = [r["r3rs_generated"] if f else r["candidates"] for r, f in zip(ranked, fires)]
         n = len(ranked)
         points.append(
             SweepPoint(

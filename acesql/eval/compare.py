@@ -31,6 +31,7 @@ from acesql.eval.metrics import COUNTS, SCORE_LABELS, level_key, summarize
 from acesql.eval.runner import SETTINGS_FILE, read_unfinished
 from acesql.paired import paired_difference
 from acesql.selection.answer import POLICIES, answer_fields
+from acesql.selection.fields import present_names
 
 LEVEL_ROWS = ("usable", "answer_ex", "pipeline_ex", "full_schema_ex", "maj_ex", "generator_ex")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -39,7 +40,7 @@ PAIRED_SCORES = (
     ("answer_match", "answer EX (shipped)"),
     ("pipeline_match", "pipeline EX"),
     ("full_match", "full-schema EX"),
-    ("maj_match", "maj@k EX"),
+    ("maj_match", "maj@n EX"),
     ("point_match", "pointwise best-of-k EX"),
     ("r3_match", "r3 ranking EX"),
     ("r3rs_match", "r3 + resampling EX"),
@@ -219,7 +220,13 @@ def _number(value) -> bool:
 
 def load_rows(ref: str, tracking_uri: str | None = None) -> dict[str, list[dict]]:
     """`{split: rows}` of an evaluation, where its per-question rows are kept; else {}. A
-    folder holding a rows.jsonl and no metrics.json is one split named `rows`."""
+    folder holding a rows.jsonl and no metrics.json is one split named `rows`. Fields that
+    rows were written under before a rename come back under their present names."""
+    splits = _stored_rows(ref, tracking_uri)
+    return {split: [present_names(row) for row in rows] for split, rows in splits.items()}
+
+
+def _stored_rows(ref: str, tracking_uri: str | None) -> dict[str, list[dict]]:
     path = Path(ref)
     if path.exists():
         files = [path] if path.is_file() else [path / "metrics.json"]

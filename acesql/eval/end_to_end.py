@@ -4,10 +4,11 @@
   an empty schema or, with `on_empty="full_schema"`, the whole one; a list that never closed
   is no list, or with `unclosed_list="salvage"` the columns before its first repeat) ->
   pruned schema -> generator (greedy) -> execution match against the gold;
-- maj@k (k > 0): k generator samples on the same pruned schema vote with their execution
-  results (`acesql.sql.majority`), with candidate recall (any of the k correct); with
-  `selection.method` r3 the same k are also chosen among by pointwise best-of-k and R3-SQL's
-  groupwise ranking, optionally with resampling, with prm by PRM best-of-k: the selector's
+- maj@n (`candidates` = n > 0): n generator samples on the same pruned schema vote with
+  their execution results (`acesql.sql.majority`), with candidate recall (any of the n
+  correct); with `selection.method` r3 the same n are also chosen among by pointwise
+  best-of-n and R3-SQL's groupwise ranking, optionally with resampling, with prm by PRM
+  best-of-n: the selector's
   choice (`acesql.selection.selector`), scored as `acesql.selection.fields` scores it;
 - generator ability: the generator alone, on the schema pruned to the gold SQL's columns;
 - full-schema EX: the generator alone, greedy, on every column (the paper's Figure 1 (a));
@@ -32,8 +33,8 @@ from acesql.errors import ConfigError, SqlParseError
 from acesql.eval.metrics import failure_category, summarize
 from acesql.eval.rescore import rescore_examples
 from acesql.models.prompts import PromptBuilder
-from acesql.ranking.judge import Context
-from acesql.ranking.resample import SOURCES, sample_pipeline_prompts
+from acesql.ranker.judge import Context
+from acesql.ranker.resample import SOURCES, sample_pipeline_prompts
 from acesql.selection.answer import answer_fields
 from acesql.selection.fields import vote_fields
 from acesql.selection.selector import Asked, Selector
@@ -54,7 +55,7 @@ class EvalOptions:
     on_empty: str = "empty"  # nothing voted: an empty schema, or the full_schema
     unclosed_list: str = "reject"  # a list cut off while looping: no list, or salvage
     max_new_tokens: int = 256
-    maj_k: int = 0  # candidates sampled on the pruned schema (0: none)
+    candidates: int = 0  # candidates sampled on the pruned schema (0: none)
     maj_temperature: float = 1.0
     selection: SelectionSection = field(default_factory=SelectionSection)
     seed: int = 0
@@ -79,13 +80,13 @@ def evaluate_examples(
     `selector` (`acesql.selection.selector`; built once by a caller that evaluates in parts,
     so its judge's cache spans them; default: one for `options.selection`, judged by `judge`
     or a `LetterJudge` on the engine's torch model, scored by `process_scorer`) adds, with
-    maj_k > 0, its method's choice among the candidates (`r3`'s, `prm`'s); the section's
+    candidates > 0, its method's choice among the candidates (`r3`'s, `prm`'s); the section's
     `answer` policy says which answer is the product's (`acesql.selection.answer`). With
     `stored` (an earlier r3 evaluation's rows by question index), nothing is generated: the
     stored candidates are scored again (`acesql.eval.rescore`). `phase(name)` is told which
     part runs (retrieving, generating, sampling, judging, rescoring), for a progress display."""
     o = options or EvalOptions()
-    mode, maj_k = o.mode, o.maj_k
+    mode = o.mode
     if selector is None:
         selector = Selector(
             o.selection, mode=mode, engine=engine, judge=judge, process_scorer=process_scorer
@@ -97,7 +98,7 @@ def evaluate_examples(
         return summarize(unusable), unusable
     if stored is not None:
         phase("rescoring")
-        rows = _rescored(examples, stored, prompts, executor, schemas, o.maj_k, selector)
+        rows = _rescored(examples, stored, prompts, executor, schemas, o.candidates, selector)
         return summarize(rows + unusable), rows + unusable
     greedy = dict(temperature=0.0, max_new_tokens=o.max_new_tokens, seed=o.seed)
     sampling = dict(temperature=1.0, max_new_tokens=o.max_new_tokens, seed=o.seed)
@@ -117,11 +118,11 @@ def evaluate_examples(
     answer_greedily(
         examples, rows, engine, prompts, executor, schemas, pipeline_prompts, mode, greedy
     )
-    if maj_k > 0:
+    if o.candidates > 0:
         sampling = dict(temperature=o.maj_temperature, max_new_tokens=o.max_new_tokens, seed=o.seed)
         phase("sampling")
         pools, samples = _candidates(
-            examples, rows, engine, pipeline_prompts, executor, mode, maj_k, sampling
+            examples, rows, engine, pipeline_prompts, executor, mode, o.candidates, sampling
         )
         phase("judging")
         tools = (engine, prompts, executor, schemas)
@@ -273,12 +274,18 @@ def select(
 
 
 def _rescored(
-    examples, stored, prompts, executor, schemas, maj_k: int, selector: Selector
+    examples, stored, prompts, executor, schemas, candidates: int, selector: Selector
 ) -> list[dict]:
     """Rows scored again on an earlier run's stored candidates (`acesql.eval.rescore`)."""
     contexts = [_judged_in(prompts, schemas, ex, stored[ex.index]) for ex in examples]
     _, rows = rescore_examples(
-        examples, stored, executor, selector, contexts=contexts, maj_k=maj_k, schemas=schemas
+        examples,
+        stored,
+        executor,
+        selector,
+        contexts=contexts,
+        candidates=candidates,
+        schemas=schemas,
     )
     for row in rows:
         _finish(row, selector)
@@ -315,7 +322,7 @@ def _unusable_row(ex: Example) -> dict:
 
 
 def _candidates(examples, rows, engine, prompts, executor, mode, k, sampling) -> tuple[list, list]:
-    """k generator samples per row's pruned schema, run and matched; adds maj@k's fields and
+    """n generator samples per row's pruned schema, run and matched; adds maj@n's fields and
     candidate recall to the rows; returns each row's (SQLs, verdicts), and the samples."""
     samples = engine.generate(prompts, n=k, **sampling)
     sqls = [[parse_sql(c.text) or "" for c in group] for group in samples]
@@ -331,7 +338,7 @@ def _candidates(examples, rows, engine, prompts, executor, mode, k, sampling) ->
 
 
 class Redraw:
-    """Fresh candidates for agentic resampling (`acesql.ranking.resample`), run and matched."""
+    """Fresh candidates for agentic resampling (`acesql.ranker.resample`), run and matched."""
 
     def __init__(self, engine, prompts, schemas, executor, mode, sampling, unclosed_list):
         self.engine, self.prompts, self.schemas = engine, prompts, schemas

@@ -2,9 +2,9 @@
 
 Each score comes with the count it is a share of. Overall and per complexity level:
 
-- `pipeline_ex`: greedy retriever -> generator, execution match; `maj_ex`: maj@k on the same
+- `pipeline_ex`: greedy retriever -> generator, execution match; `maj_ex`: maj@n on the same
   pruned schema (when k > 0), with `oracle_ex` (candidate recall: any of the k correct) and
-  `maj_given_recall` (maj@k's accuracy on the questions with a correct candidate); with the
+  `maj_given_recall` (maj@n's accuracy on the questions with a correct candidate); with the
   r3 selection also `point_ex` (pointwise best-of-k), `r3_ex` (groupwise ranking),
   `r3_given_recall`, `r3_point_spread`, `r3_tie_rate` (judged pairs of groups the ranker
   called a tie), `r3_by_preference` (questions with several groups whose answer the pairwise
@@ -54,7 +54,7 @@ SCORE_LABELS = (
     ("answer_ex", "answer EX (shipped)"),
     ("pipeline_ex", "pipeline EX"),
     ("full_schema_ex", "full-schema EX"),
-    ("maj_ex", "maj@k"),
+    ("maj_ex", "maj@n"),
     ("point_ex", "pointwise best-of-k"),
     ("r3_ex", "r3 ranking"),
     ("r3rs_ex", "r3 + resampling"),
@@ -194,7 +194,7 @@ def scores(rows: list[dict]) -> dict:
         out["gold_first_table_share"] = _share(placed, "gold_first_table", "gold_columns")
     out |= _full_schema_scores(rows)
     if voted:
-        out["maj_k"] = voted[0]["maj_k"]
+        out["candidates"] = voted[0]["candidates"]
         out |= _selection_scores(voted)
     return out
 
@@ -220,7 +220,7 @@ def _full_schema_scores(rows: list[dict]) -> dict:
 
 
 def _selection_scores(voted: list[dict]) -> dict:
-    """maj@k and, where the rows have them, r3's choices, each as EX and correct count, and
+    """maj@n and, where the rows have them, r3's choices, each as EX and correct count, and
     as accuracy on the questions with a correct candidate (selection given recall)."""
     out = {}
     fields = (("maj", "maj_match"), ("point", "point_match"), ("r3", "r3_match"))

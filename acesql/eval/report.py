@@ -5,7 +5,7 @@
 What it shows: the headline scores with their counts; the three schemas the generator can
 be shown (the whole one, the retriever's pruned one, the gold columns') and the shipped
 answer, each paired against the whole schema (the paper's Figure 1 (a)); EX by complexity
-(pipeline, full schema, maj@k, generator ability); pipeline EX against retriever recall;
+(pipeline, full schema, maj@n, generator ability); pipeline EX against retriever recall;
 output tokens per query; the failure categories with a few examples each, so a reader sees
 what went wrong.
 """
@@ -80,16 +80,16 @@ def _groups(summary: dict) -> dict:
 
 
 def ex_by_complexity_figure(summary: dict):
-    """Grouped bars: pipeline EX, maj@k and r3 ranking (when run) and generator EX per level
+    """Grouped bars: pipeline EX, maj@n and r3 ranking (when run) and generator EX per level
     and overall."""
     groups = _groups(summary)
     series = [("pipeline", "pipeline_ex", "pipeline_correct", "pipeline EX")]
     if "full_schema_ex" in summary:
         series.append(("full", "full_schema_ex", "full_schema_correct", "full schema"))
     if "maj_ex" in summary:
-        series.append(("maj", "maj_ex", "maj_correct", f"maj@{summary['maj_k']}"))
+        series.append(("maj", "maj_ex", "maj_correct", f"maj@{summary['candidates']}"))
     if "r3_ex" in summary:
-        series.append(("r3", "r3_ex", "r3_correct", f"r3 ranking of {summary['maj_k']}"))
+        series.append(("r3", "r3_ex", "r3_correct", f"r3 ranking of {summary['candidates']}"))
     series.append(("generator", "generator_ex", "generator_correct", "generator (gold columns)"))
     width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups) + 2), 3.8))
@@ -204,7 +204,11 @@ def _cards(summary: dict) -> str:
         )
     if "maj_ex" in summary:
         cards.append(
-            (f"maj@{summary['maj_k']} EX", _pct(summary["maj_ex"]), f"{summary['maj_correct']}/{n}")
+            (
+                f"maj@{summary['candidates']} EX",
+                _pct(summary["maj_ex"]),
+                f"{summary['maj_correct']}/{n}",
+            )
         )
     if "r3_ex" in summary:
         recall = f"candidate recall {_pct(summary.get('oracle_ex'))}"
@@ -304,7 +308,7 @@ def _complexity_table(summary: dict) -> str:
 
 
 def _label(key: str, label: str, summary: dict) -> str:
-    return f"maj@{summary['maj_k']}" if key == "maj_ex" else label
+    return f"maj@{summary['candidates']}" if key == "maj_ex" else label
 
 
 def _failure_table(summary: dict, rows: list[dict]) -> str:

@@ -3,14 +3,14 @@ more candidates, with nothing generated.
 
     stored = stored_candidates("results/r3-dev")   # {question index: row} (acesql.eval.session)
     selector = Selector(SelectionSection(method="r3"), engine=engine)  # or judge=judge
-    summary, rows = rescore_examples(examples, stored, executor, selector, maj_k=16,
+    summary, rows = rescore_examples(examples, stored, executor, selector, candidates=16,
                                      contexts=contexts, schemas=SchemaCache(0))
     # or Selector(SelectionSection(method="prm"), process_scorer=scorer)
 
 `acesql eval --selection r3` keeps each question's candidates in its rows (`r3_candidates`, and
 with resampling the drawn ones, `r3rs_drawn`). Rescoring reads them back: the greedy
 pipeline's fields are the stored row's, the candidates run again against the gold, and
-maj@k, candidate recall, pointwise best-of-k, groupwise ranking and (when asked) ranking after
+maj@n, candidate recall, pointwise best-of-n, groupwise ranking and (when asked) ranking after
 resampling, or PRM best-of-k, are chosen by the selector and scored as
 `acesql.selection.fields` scores them. Every
 comparison with the stored run is then paired on the same samples, and a second judge (a
@@ -41,7 +41,7 @@ import sys
 from acesql.data.loaders import Example
 from acesql.errors import DataError
 from acesql.eval.metrics import failure_category, summarize
-from acesql.ranking.judge import Context
+from acesql.ranker.judge import Context
 from acesql.selection.fields import is_selection_field, vote_fields
 from acesql.selection.selector import Asked, Selector
 
@@ -79,7 +79,7 @@ def rescore_examples(
     selector: Selector,
     *,
     contexts: list[Context],
-    maj_k: int = 8,
+    candidates: int = 8,
     schemas=None,
 ) -> tuple[dict, list[dict]]:
     """Score `examples` on their stored candidates (see the module doc); (summary, rows).
@@ -90,38 +90,34 @@ def rescore_examples(
     chosen_from, rows = [], []
     for ex in examples:
         row = stored[ex.index]
-        candidates = _first_k(row, maj_k, ex.index)
-        if selector.resamples and maj_k != len(row["r3_candidates"]):
+        sqls = _first_k(row, candidates, ex.index)
+        if selector.resamples and candidates != len(row["r3_candidates"]):
             raise DataError(
                 "resampling replays the stored draw, so it ranks as many first candidates as "
-                f"were stored ({len(row['r3_candidates'])}), not {maj_k}: drop --resample or "
+                f"were stored ({len(row['r3_candidates'])}), not {candidates}: drop --resample or "
                 "--candidates"
             )
-        chosen_from.append(candidates)
+        chosen_from.append(sqls)
         rows.append({k: v for k, v in row.items() if not _is_selection(k)})
     mode = selector.mode
-    checks = [
-        (ex.db_path, sql, ex.sql)
-        for ex, candidates in zip(examples, chosen_from)
-        for sql in candidates
-    ]
+    checks = [(ex.db_path, sql, ex.sql) for ex, sqls in zip(examples, chosen_from) for sql in sqls]
     verdicts = executor.match_many(checks, mode, keep_rows=True)
     start = 0
-    for ex, row, candidates, context in zip(examples, rows, chosen_from, contexts):
-        mine, start = verdicts[start : start + len(candidates)], start + len(candidates)
+    for ex, row, sqls, context in zip(examples, rows, chosen_from, contexts):
+        mine, start = verdicts[start : start + len(sqls)], start + len(sqls)
         kept = stored[ex.index]
         drawn = kept.get("r3rs_drawn") or []
         was = [*kept["r3_candidates_match"], *(kept.get("r3rs_drawn_match") or [])]
         row["rescore_changed"] = sum(bool(v.match.match) != w for v, w in zip(mine, was))
-        row.update(vote_fields(candidates, mine, mode))
-        if len(candidates) == len(kept["r3_candidates"]) and "maj_tokens" in kept:
+        row.update(vote_fields(sqls, mine, mode))
+        if len(sqls) == len(kept["r3_candidates"]) and "maj_tokens" in kept:
             row["maj_tokens"] = kept["maj_tokens"]  # the same samples' length
         if selector.judged:
             asked = Asked(context, ex.db_path, schemas(ex) if schemas is not None else None)
             replay = None
             if selector.resamples:
                 replay = _replay(ex, drawn, kept.get("r3rs_drawn_schema"), executor, mode)
-            row.update(selector.fields(asked, candidates, mine, resample=replay))
+            row.update(selector.fields(asked, sqls, mine, resample=replay))
         row["category"] = failure_category(row)
     return summarize(rows), rows
 

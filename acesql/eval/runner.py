@@ -81,8 +81,8 @@ def evaluate_to_folder(
     ones), passed on to `evaluate_examples`; built once by the caller.
 
     `settings` are `evaluate_examples`' keyword arguments (mode, retriever_samples,
-    vote_threshold, max_new_tokens, maj_k, maj_temperature, selection, seed) plus anything else that
-    changes the results (e.g. the engine's precision); all of it enters the fingerprint.
+    vote_threshold, max_new_tokens, candidates, maj_temperature, selection, seed) plus anything
+    else that changes the results (e.g. the engine's precision); all of it enters the fingerprint.
     """
     out = Path(out_dir)
     busy = (

@@ -46,7 +46,7 @@ def selection_report(splits: dict[str, list[dict]]) -> str:
 
 
 def _split_table(split: str, rows: list[dict]) -> str:
-    k = rows[0].get("maj_k", "n")
+    k = rows[0].get("candidates", "n")
     lines = [
         f"{split}: {len(rows)} questions, {k} candidates each; paired against maj@n",
         f"{'':<{LABEL}}{'EX':>7}{'- maj@n':>9}{'95% interval':>18}{'maj only':>10}"

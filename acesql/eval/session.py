@@ -36,7 +36,6 @@ from acesql.eval.runner import (
 from acesql.models.base_model import load_tokenizer
 from acesql.models.engine import open_engine
 from acesql.models.prompts import PromptBuilder
-from acesql.selection.fields import OLD_CANDIDATE_FIELDS
 from acesql.selection.selector import Selector
 from acesql.sql.batch_executor import BatchExecutor
 
@@ -72,7 +71,7 @@ def settings(
         "vote_threshold": cfg.vote_threshold,
         "on_empty": cfg.on_empty_vote,
         "max_new_tokens": cfg.generation.max_new_tokens,
-        "maj_k": selector.samples,
+        "candidates": selector.samples,
         "maj_temperature": selection.temperature,
         "seed": seed,
         "engine": cfg.generation.model_dump(mode="json"),
@@ -183,13 +182,6 @@ class Evaluator:
         self.close()
 
 
-def _renamed(row: dict) -> dict:
-    """`row` with its stored candidates' fields under their present names."""
-    if not any(old in row for old in OLD_CANDIDATE_FIELDS):
-        return row
-    return {OLD_CANDIDATE_FIELDS.get(key, key): value for key, value in row.items()}
-
-
 def stored_candidates(folder: str) -> dict[int, dict]:
     """The rows of an r3 evaluation in `folder` (finished or not), by question index."""
 
@@ -198,7 +190,7 @@ def stored_candidates(folder: str) -> dict[int, dict]:
         found = ", ".join(splits) or "none"
         raise DataError(f"{folder}: expected the rows of one evaluation, found splits: {found}")
     (rows,) = splits.values()
-    stored = {r["index"]: r for r in map(_renamed, rows) if r.get("r3_candidates") is not None}
+    stored = {r["index"]: r for r in rows if r.get("r3_candidates") is not None}
     for index, row in stored.items():
         kept, match = row.get("r3_candidates"), row.get("r3_candidates_match")
         if not isinstance(kept, list) or not isinstance(match, list) or len(kept) != len(match):

@@ -4,7 +4,7 @@
 
 The retriever always reads the whole schema; the generator reads it whole when it answers
 without a pruned list (the full_schema answer policy). Prompts longer than
-`prompt.max_prompt_tokens` are dropped from training (sft_data, rl_data); evaluation cuts
+`prompt.max_prompt_tokens` are dropped from training (sft_data, grpo_data); evaluation cuts
 nothing, so there the longest prompt must fit the model's context instead.
 """
 

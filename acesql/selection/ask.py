@@ -9,8 +9,8 @@ generator the whole schema: a user's question deserves an attempt), the generato
 answer (candidate 0) and n - 1 samples on the pruned schema, every candidate run in the
 read-only sandbox, then the `selection` params section's method chooses
 (`acesql.selection.selector`): `greedy` (candidate 0), `maj` (the largest group of equal
-results), `r3` (groupwise ranking, `acesql.ranking.select`; with `resample`, agentic
-resampling first, drawing from `resample_from`, `acesql.ranking.resample`) or `prm` (the
+results), `r3` (groupwise ranking, `acesql.ranker.select`; with `resample`, agentic
+resampling first, drawing from `resample_from`, `acesql.ranker.resample`) or `prm` (the
 Chain-of-CTE candidate with the highest process reward, `acesql.prm.select`). Unless
 `selection.answer` is `pipeline`, the generator also answers once on the whole schema and
 the policy ships one of the two (`acesql.selection.answer`). The user's file is only ever
@@ -26,9 +26,9 @@ from pathlib import Path
 
 from acesql.config import SelectionSection
 from acesql.errors import DataError
-from acesql.ranking.judge import Context
-from acesql.ranking.resample import sample_pipeline_prompts
-from acesql.ranking.select import Drawn
+from acesql.ranker.judge import Context
+from acesql.ranker.resample import sample_pipeline_prompts
+from acesql.ranker.select import Drawn
 from acesql.selection.answer import Sides, answer_side
 from acesql.selection.selector import Asked, Selector
 from acesql.sql.batch_executor import BatchExecutor
@@ -230,7 +230,7 @@ class _Asking:
             answer.sql, answer.result = full_sql or None, full_result
 
     def _resampler(self, columns: list[str], drawn: list):
-        """m -> m new candidates (`acesql.ranking.resample`), kept in `drawn` as well."""
+        """m -> m new candidates (`acesql.ranker.resample`), kept in `drawn` as well."""
         selection = self.selection
 
         def resample(m: int) -> Drawn:

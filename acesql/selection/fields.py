@@ -12,11 +12,11 @@ candidates:
 - `oracle_match`: whether any candidate is correct (candidate recall: no selection can do
   better than this);
 - `point_*`: pointwise best-of-n, the candidate with the ranker's highest P(right);
-- `r3_*`: R3-SQL's groupwise ranking (`acesql.ranking.select`), with `r3_point_spread`, the
+- `r3_*`: R3-SQL's groupwise ranking (`acesql.ranker.select`), with `r3_point_spread`, the
   mean spread (max - min) of pointwise scores inside groups of equal results: the
   inconsistency that judging groups instead of single candidates removes, `r3_ties` (judged
   pairs of groups the ranker could not tell apart, |P - 0.5| < tau) and `r3_decided_by`
-  (`acesql.ranking.rank.decided_by`: what put the answer's group first); `r3_candidates` and
+  (`acesql.ranker.rank.decided_by`: what put the answer's group first); `r3_candidates` and
   `r3_candidates_match` keep the candidates and their verdicts, so another judge or a larger n can
   be scored on the same samples later (`acesql.eval.rescore`);
 - `r3rs_*` (when `resample` is given): ranking after agentic resampling, with whether the
@@ -34,19 +34,34 @@ from collections.abc import Callable
 
 from acesql.config import SelectionSection
 from acesql.prm.select import best_of_n, weighted_vote
-from acesql.ranking.judge import Context
-from acesql.ranking.rank import decided_by
-from acesql.ranking.select import Drawn, select_groupwise, select_with_resampling
+from acesql.ranker.judge import Context
+from acesql.ranker.rank import decided_by
+from acesql.ranker.select import Drawn, select_groupwise, select_with_resampling
 from acesql.sql.majority import group_results, majority_vote
 
-# Every field the functions below write is `oracle_match` or starts with one of these
+# Every field the functions below write is `oracle_match`, `candidates` or starts with one of these
 # prefixes; rescoring (`acesql.eval.rescore`) drops such fields from a stored row and scores
 # them again, and keeps the rest (the greedy pipeline's).
 FIELD_PREFIXES = ("maj_", "point_", "r3_", "r3rs_", "prm_")
 
 
-# the stored candidates' fields under the names rows were written with before these
-OLD_CANDIDATE_FIELDS = {"r3_pool": "r3_candidates", "r3_pool_match": "r3_candidates_match"}
+# row fields under the names rows were written with before these
+RENAMED_FIELDS = {
+    "r3_pool": "r3_candidates",
+    "r3_pool_match": "r3_candidates_match",
+    "maj_k": "candidates",
+}
+
+
+def present_names(row: dict) -> dict:
+    """`row` with its fields under their present names (`RENAMED_FIELDS`).
+
+    >>> present_names({"maj_k": 8, "maj_match": True})
+    {'candidates': 8, 'maj_match': True}
+    """
+    if not any(old in row for old in RENAMED_FIELDS):
+        return row
+    return {RENAMED_FIELDS.get(key, key): value for key, value in row.items()}
 
 
 def is_selection_field(key: str) -> bool:
@@ -55,7 +70,7 @@ def is_selection_field(key: str) -> bool:
     >>> is_selection_field("r3rs_match"), is_selection_field("pipeline_match")
     (True, False)
     """
-    return key.startswith(FIELD_PREFIXES) or key == "oracle_match"
+    return key.startswith(FIELD_PREFIXES) or key in ("oracle_match", "candidates")
 
 
 # m -> (m new SQL, their verdicts, the context to judge them in or None for the first pool's):
@@ -67,7 +82,7 @@ def vote_fields(sqls: list[str], verdicts: list, mode: str) -> dict:
     """maj@n of one question's candidates, and whether any of them is correct."""
     vote = majority_vote(sqls, [v.pred for v in verdicts], mode)
     return {
-        "maj_k": len(sqls),
+        "candidates": len(sqls),
         "maj_sql": sqls[vote.winner] if vote.winner is not None else None,
         "maj_match": bool(vote.winner is not None and verdicts[vote.winner].match.match),
         "maj_votes": vote.votes,

@@ -9,8 +9,8 @@ The methods (`SelectionSection.method`):
 
 - `greedy`: the greedy answer, candidate 0; nothing is sampled;
 - `maj`: the largest group of equal results (`acesql.sql.majority`);
-- `r3`: R3-SQL's groupwise ranking (`acesql.ranking.select`) by the ranker's letter judge, read
-  from the engine's model (`acesql.ranking.judge.LetterJudge`), with agentic resampling when
+- `r3`: R3-SQL's groupwise ranking (`acesql.ranker.select`) by the ranker's letter judge, read
+  from the engine's model (`acesql.ranker.judge.LetterJudge`), with agentic resampling when
   `section.resample` (a resampler, given per question, draws the new candidates);
 - `prm`: the candidate with the highest process reward (`acesql.prm.select`), scored by the
   process scorer of the prm model (`load_process_scorer`).
@@ -36,9 +36,9 @@ from acesql.config import SelectionSection
 from acesql.errors import ConfigError, DataError
 from acesql.models.engine import Completion
 from acesql.prm.select import ProcessScorer, best_of_n
-from acesql.ranking.judge import Context, LetterJudge
-from acesql.ranking.select import select_groupwise, select_with_resampling
-from acesql.selection.fields import OLD_CANDIDATE_FIELDS, prm_fields, ranked_fields
+from acesql.ranker.judge import Context, LetterJudge
+from acesql.ranker.select import select_groupwise, select_with_resampling
+from acesql.selection.fields import RENAMED_FIELDS, prm_fields, ranked_fields
 from acesql.sql.majority import group_results, majority_vote
 from acesql.sql.schema import Schema
 
@@ -196,7 +196,7 @@ class Selector:
     ) -> Chosen:
         """The chosen candidate among `sqls` (their `results` run), and why. `completions`:
         the generations (prm weighs their tokens); `resample(m)`: m new candidates as a
-        `acesql.ranking.select.Drawn` (r3 with resampling); `say`: told when ranking starts."""
+        `acesql.ranker.select.Drawn` (r3 with resampling); `say`: told when ranking starts."""
         return self._way.choose(self, asked, sqls, results, completions, resample, say)
 
     def fields(
@@ -230,7 +230,8 @@ class Selector:
 
 def _keeps_candidates(rows: str) -> bool:
     """Whether rows.jsonl's text holds stored candidates (under their old name too)."""
-    return any(f'"{name}"' in rows for name in ("r3_candidates", *OLD_CANDIDATE_FIELDS))
+    names = [old for old, new in RENAMED_FIELDS.items() if new == "r3_candidates"]
+    return any(f'"{name}"' in rows for name in ("r3_candidates", *names))
 
 
 def load_process_scorer(section: SelectionSection, tokenizer, executor) -> ProcessScorer:

@@ -1,4 +1,4 @@
-"""maj@k: k sampled SQLs vote with their execution results; the largest group wins.
+"""maj@n: n sampled SQLs vote with their execution results; the largest group wins.
 
 Two results fall into one group when they are equal under the match mode that scores the
 benchmark (`acesql.sql.matching`): the vote counts answers, not spellings. Each group is
@@ -18,7 +18,7 @@ from acesql.sql.sandbox import ExecResult
 
 @dataclass(frozen=True)
 class Vote:
-    """The outcome of one maj@k vote."""
+    """The outcome of one maj@n vote."""
 
     winner: int | None  # index of the winning SQL among the candidates; None: no valid SQL
     votes: int  # size of the winning group

@@ -3,10 +3,10 @@
     python -m acesql.stages.grpo [--params params.yaml]
 
 With `distributed.processes` (times `nodes`) above 1 the stage relaunches itself under
-`torchrun`; each process rolls out its share of every step (`acesql.rl.trainer`).
+`torchrun`; each process rolls out its share of every step (`acesql.grpo.trainer`).
 
 Reads `base`, `base_model`, `prompt`, `grpo` and `distributed`; `{models_dir}/sft`,
-`{data_dir}/rl/train.jsonl` and `{data_dir}/rl/initial_pool.json`; validates on a fixed
+`{data_dir}/grpo/train.jsonl` and `{data_dir}/grpo/initial_pool.json`; validates on a fixed
 slice of the prepared `grpo.eval_split`. Writes the model to `{models_dir}/grpo` (the best
 validated one under `best/`, checkpoints under `checkpoints/`, pool snapshots under `pool/`,
 per-step records in `steps.jsonl`, curves in `curves.png`) and
@@ -23,8 +23,8 @@ from acesql.data.filtering import filter_examples
 from acesql.data.loaders import read_prepared
 from acesql.distributed import close, init_from_env
 from acesql.errors import DataError
-from acesql.rl.pool import EmpiricalPool
-from acesql.rl.trainer import GrpoTrainer, latest_checkpoint, run_fingerprint
+from acesql.grpo.pool import EmpiricalPool
+from acesql.grpo.trainer import GrpoTrainer, latest_checkpoint, run_fingerprint
 from acesql.stages.common import relaunch, run_stage, write_metrics
 from acesql.staging import replace_dir
 
@@ -37,11 +37,11 @@ def _inputs(s: dict):
     model_dir = base.models_dir / "sft"
     if not model_dir.is_dir():
         raise DataError(f"{model_dir} not found: run the sft stage first (dvc repro sft)")
-    rl_dir = base.data_dir / "rl"
-    if not (rl_dir / "train.jsonl").is_file():
-        raise DataError(f"{rl_dir / 'train.jsonl'} not found: run dvc repro rl_data first")
-    examples = read_prepared(rl_dir / "train.jsonl")
-    pool = EmpiricalPool.load(rl_dir / "initial_pool.json")
+    questions_dir = base.data_dir / "grpo"
+    if not (questions_dir / "train.jsonl").is_file():
+        raise DataError(f"{questions_dir / 'train.jsonl'} not found: run dvc repro grpo_data first")
+    examples = read_prepared(questions_dir / "train.jsonl")
+    pool = EmpiricalPool.load(questions_dir / "initial_pool.json")
     pool.gamma = s["grpo"].gamma
     return model_dir, examples, pool
 
@@ -60,9 +60,9 @@ def _resume_run(s: dict) -> str | None:
 def _no_questions(model_dir, out_dir, metrics_path) -> dict:
     """Nothing to learn from: the output is the SFT model, and the metrics say why."""
     print(
-        "warning: data/rl/train.jsonl holds no question: the SFT model solved every rolled-out "
-        "question always or never (see data/rl_metrics.json). GRPO is skipped and models/grpo "
-        "is the SFT model; roll out more questions or widen rl_data's bounds.",
+        "warning: data/grpo/train.jsonl holds no question: the SFT model solved every rolled-out "
+        "question always or never (see data/grpo_metrics.json). GRPO is skipped and models/grpo "
+        "is the SFT model; roll out more questions or widen grpo_data's bounds.",
         file=sys.stderr,
     )
     with replace_dir(out_dir) as new:

@@ -32,7 +32,7 @@ HEADLINES = {
     ),
     "sft_data": ("n_retriever", "n_generator"),
     "sft": ("steps", "first_loss", "final_loss", "train_seconds"),
-    "rl_data": ("considered", "kept", "kept_rate"),
+    "grpo_data": ("considered", "kept", "kept_rate"),
     "grpo": (
         "steps",
         "questions",

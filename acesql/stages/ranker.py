@@ -4,7 +4,7 @@
 
 Reads `base` and `ranker`; `{data_dir}/ranker/{train,held_out}.jsonl` (the ranker_data
 stage's pairs) and the model `ranker.model` (by default the GRPO model, which keeps its
-folder: the ranker is saved as a new one). Trains on the pairs (`acesql.ranking.trainer`:
+folder: the ranker is saved as a new one). Trains on the pairs (`acesql.ranker.trainer`:
 reward 1 only for the right choice in both orders), judging the held-out pairs before,
 during and after. Writes `{models_dir}/ranker` (the model, now in three roles) and
 `{models_dir}/ranker_metrics.json` (rewards per step; held-out consistent and averaged
@@ -19,8 +19,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from acesql.errors import DataError
-from acesql.ranking.pairs import read_pairs
-from acesql.ranking.trainer import RankerTrainer
+from acesql.ranker.pairs import read_pairs
+from acesql.ranker.trainer import RankerTrainer
 from acesql.stages.common import run_stage, write_metrics
 
 

@@ -7,7 +7,7 @@ default the GRPO model) and `{data_dir}/prepared/{train,dev}.jsonl`. Rolls the m
 `max_questions` train questions and `eval_questions` dev questions as evaluation does
 (greedy retriever, `candidates` generator samples, each run and matched against the gold)
 and keeps, per question with both a correct and a wrong result, up to `pairs_per_question`
-pairs rendered as the judge's two prompts (`acesql.ranking.pairs`). Writes
+pairs rendered as the judge's two prompts (`acesql.ranker.pairs`). Writes
 `{data_dir}/ranker/{train,held_out}.jsonl` and `{data_dir}/ranker_metrics.json` (questions,
 pairs, why questions gave none), also logged to MLflow.
 """
@@ -24,8 +24,8 @@ from acesql.errors import DataError
 from acesql.models.base_model import load_tokenizer
 from acesql.models.engine import open_engine
 from acesql.models.prompts import PromptBuilder
-from acesql.ranking.judge import pair_prompt
-from acesql.ranking.pairs import build_pairs, write_pairs
+from acesql.ranker.judge import pair_prompt
+from acesql.ranker.pairs import build_pairs, write_pairs
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.stages.common import run_stage, write_metrics
 from acesql.staging import replace_dir

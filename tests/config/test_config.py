@@ -98,7 +98,7 @@ BAD = [
     ("data: [1, 2]", r"data: Input should be a valid dictionary"),
     # a SQL timeout that is not finite would disable the deadline
     ("evaluate: {timeout_s: .inf}", r"evaluate\.timeout_s: Input should be a finite number"),
-    ("rl_data: {timeout_s: .inf}", r"rl_data\.timeout_s: Input should be a finite number"),
+    ("grpo_data: {timeout_s: .inf}", r"grpo_data\.timeout_s: Input should be a finite number"),
     ("grpo: {timeout_s: .inf}", r"grpo\.timeout_s: Input should be a finite number"),
     ("grpo: {timeout_s: .nan}", r"grpo\.timeout_s: Input should be a finite number"),
     ("selection: {temperature: .inf}", r"selection\.temperature: .*finite number"),
@@ -108,19 +108,22 @@ BAD = [
     ("evaluate: {timeout_s: 0}", r"evaluate\.timeout_s: Input should be greater than 0"),
     # cross-field rules are checked when the file is read, before any stage starts
     (
-        "rl_data: {min_correct: 5, max_correct: 3}",
-        r"rl_data: .*needs min_correct <= max_correct <= generator_samples; got 5, 3, 16",
+        "grpo_data: {min_correct: 5, max_correct: 3}",
+        r"grpo_data: .*needs min_correct <= max_correct <= generator_samples; got 5, 3, 16",
     ),
     (
-        "rl_data: {generator_samples: 4, max_correct: 14}",
-        r"rl_data: .*needs min_correct <= max_correct <= generator_samples; got 2, 14, 4",
+        "grpo_data: {generator_samples: 4, max_correct: 14}",
+        r"grpo_data: .*needs min_correct <= max_correct <= generator_samples; got 2, 14, 4",
     ),
     (
         "sft_data: {mode: self_distill, retriever_samples: 0}",
         r"sft_data: .*self_distill votes over retriever samples: set retriever_samples >= 1",
     ),
     ("evaluate: {mode: spider}", r"evaluate\.mode: unknown key; expected one of .*'match_mode'"),
-    ("rl_data: {match_mode: exact}", r"rl_data\.match_mode: Input should be 'multiset', 'bird'"),
+    (
+        "grpo_data: {match_mode: exact}",
+        r"grpo_data\.match_mode: Input should be 'multiset', 'bird'",
+    ),
     # checked at load, so the data stage never deletes its outputs for them
     (
         "data: {synth: {dev_fraction: 0.7, ood_fraction: 0.6}}",
@@ -137,7 +140,10 @@ BAD = [
         "data: {source: spider, path: /no/such/spider, splits: {test_ood: null}}",
         r"data\.path: no such folder \(the spider dataset\)",
     ),
-    ("rl_data: {complexities: [hard-ish]}", r"rl_data\.complexities: no source gives the labels"),
+    (
+        "grpo_data: {complexities: [hard-ish]}",
+        r"grpo_data\.complexities: no source gives the labels",
+    ),
     ("data:\n", r"section\(s\) \['data'\] have nothing under them; .*`data: \{\}`"),
     ("base: {seed: 1}\nbase: {seed: 2}", r"not valid YAML: .*duplicate key 'base'"),
     ("base: {seed: 1, seed: 2}", r"not valid YAML: .*duplicate key 'seed'"),
@@ -176,6 +182,14 @@ def test_a_stage_needs_its_section_spelled_out(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_section(path, "data")
+
+
+@pytest.mark.parametrize("load", [load_params, lambda path: load_section(path, "data")])
+def test_a_renamed_section_names_its_new_name(tmp_path, load):
+    path = tmp_path / "params.yaml"
+    path.write_text("base: {seed: 2}\ndata: {}\nrl_data: {max_questions: 4}\n")
+    with pytest.raises(ConfigError, match=r"'rl_data' is now called 'grpo_data'"):
+        load(path)
 
 
 def test_an_explicit_empty_section_takes_the_defaults(tmp_path):

@@ -158,8 +158,8 @@ def test_sft_fingerprint_is_the_one_written_before_the_shared_module():
 def test_grpo_fingerprint_is_the_one_written_before_the_shared_module():
     from acesql.config import GrpoSection
     from acesql.data.loaders import Example
-    from acesql.rl.pool import EmpiricalPool
-    from acesql.rl.trainer import run_fingerprint
+    from acesql.grpo.pool import EmpiricalPool
+    from acesql.grpo.trainer import run_fingerprint
 
     examples = [Example(0, "db1", "How many?", "SELECT count(*) FROM t", "x.sqlite")]
     pool = EmpiricalPool()

@@ -161,7 +161,7 @@ def test_eval_cli_with_the_tiny_model(synth_dir, tiny_model_dir, tmp_path):
     # 8 greedy tokens of a random model hold no ```sql block: no SQL, so no question matches
     assert [r["pipeline_reason"] for r in rows] == ["no_sql"] * 3
     assert metrics["pipeline_ex"] == 0.0 and metrics["no_sql_rate"] == 1.0
-    assert metrics["maj_k"] == 2 and "maj_ex" in metrics and "non_gold_ratio" in metrics
+    assert metrics["candidates"] == 2 and "maj_ex" in metrics and "non_gold_ratio" in metrics
     assert (metrics["retriever_samples"], metrics["vote_threshold"]) == (2, 0.25)
     assert len(json.loads((out / "predict_dev.json").read_text())) == 3
     assert "<img" in (out / "report.html").read_text()

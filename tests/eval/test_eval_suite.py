@@ -1,4 +1,4 @@
-"""The evaluation suite: maj@k voting, metrics, failure categories, restartable runs,
+"""The evaluation suite: maj@n voting, metrics, failure categories, restartable runs,
 BIRD-format predictions, the HTML report and the comparison of two evaluations."""
 
 import json
@@ -120,7 +120,7 @@ def _row(match, *, complexity="simple", recall=1.0, non_gold=None, maj=None, cov
         "pred_sql": "SELECT 1",
         "retriever_tokens": 10,
         "generator_tokens": 20,
-        "maj_k": 4,
+        "candidates": 4,
         "maj_match": maj,
     }
 
@@ -136,7 +136,7 @@ def test_summary_by_hand():
     s = summarize(rows)
     assert (s["n"], s["usable"], s["unusable"]) == (5, 4, 1)
     assert (s["pipeline_correct"], s["pipeline_ex"]) == (3, 0.75)
-    assert (s["maj_correct"], s["maj_ex"], s["maj_k"]) == (3, 0.75, 4)
+    assert (s["maj_correct"], s["maj_ex"], s["candidates"]) == (3, 0.75, 4)
     assert (s["non_gold_ratio"], s["non_gold_of"]) == (0.5, 2)
     assert s["covers_gold"] == 0.75 and s["retriever_recall"] == 0.875
     assert s["tokens_per_query"] == 30.0
@@ -194,7 +194,9 @@ def test_maj_at_k_outvotes_a_wrong_greedy_answer(setup):
     answers = {0: "SELECT 12345", 1: None, 2: "SELEC nothing", 3: None, 4: "SELECT 54321"}
     engine = Scripted(examples, lambda ex, i: answers[i] or ex.sql)
     with BatchExecutor(workers=0) as executor:
-        summary, rows = evaluate_examples(examples, engine, prompts, executor, EvalOptions(maj_k=4))
+        summary, rows = evaluate_examples(
+            examples, engine, prompts, executor, EvalOptions(candidates=4)
+        )
     assert summary["pipeline_ex"] == 0.0 and summary["maj_ex"] == 1.0
     assert all(r["maj_votes"] == 2 and r["maj_valid"] == 3 for r in rows)
     assert all(r["maj_sql"] == r["gold_sql"] for r in rows)
@@ -217,7 +219,7 @@ def test_r3_chooses_among_the_same_candidates_that_maj_votes_on(setup):
             engine,
             prompts,
             executor,
-            EvalOptions(maj_k=3, selection=selection),
+            EvalOptions(candidates=3, selection=selection),
             judge=judge,
         )
     assert summary["maj_ex"] == 0.0 and summary["r3_ex"] == 1.0 and summary["point_ex"] == 1.0
@@ -265,7 +267,9 @@ def test_resampling_the_pipeline_reaches_a_column_the_retriever_left_out(setup, 
             engine,
             prompts,
             executor,
-            EvalOptions(maj_k=2, selection=SelectionSection(**selection, resample_from=source)),
+            EvalOptions(
+                candidates=2, selection=SelectionSection(**selection, resample_from=source)
+            ),
             judge=judge,
         )
     assert summary["pipeline_ex"] == 0.0 and summary["oracle_ex"] == 0.0
@@ -340,7 +344,7 @@ def test_a_killed_evaluation_resumes_without_redoing_chunks(setup, tmp_path, tin
         model=str(tiny_model_dir),
         dataset="synth",
         split="dev",
-        settings={"mode": "multiset", "maj_k": 2, "seed": 3},
+        settings={"mode": "multiset", "candidates": 2, "seed": 3},
         chunk_size=4,
         progress=False,
     )
@@ -371,7 +375,7 @@ def test_a_killed_evaluation_resumes_without_redoing_chunks(setup, tmp_path, tin
         assert (tmp_path / "a" / name).is_file()
     # a changed setting is another job: nothing is reused
     changed = Scripted(examples, answer)
-    kwargs["settings"] = {**kwargs["settings"], "maj_k": 3}
+    kwargs["settings"] = {**kwargs["settings"], "candidates": 3}
     with BatchExecutor(workers=0) as executor:
         evaluate_to_folder(examples, changed, prompts, executor, tmp_path / "a", **kwargs)
     assert changed.calls == 3 * 3
@@ -431,7 +435,7 @@ def test_the_resume_fingerprint_follows_the_model_contents_not_its_path(
     setup, tmp_path, tiny_model_dir
 ):
     examples, _ = setup
-    settings = {"mode": "multiset", "maj_k": 2, "seed": 3}
+    settings = {"mode": "multiset", "candidates": 2, "seed": 3}
     copy = tmp_path / "retrained"
     shutil.copytree(tiny_model_dir, copy)
     (copy / "steps.jsonl").write_text('{"step": 1, "seconds": 12.5}\n')  # a run's log, not weights
@@ -509,7 +513,9 @@ def test_report_shows_plots_failures_and_escapes_text(setup, tmp_path):
     examples = [replace(examples[0], question="<b>bold</b>?")]
     engine = Scripted(examples, lambda ex, i: "SELECT name FROM WHERE")
     with BatchExecutor(workers=0) as executor:
-        summary, rows = evaluate_examples(examples, engine, prompts, executor, EvalOptions(maj_k=2))
+        summary, rows = evaluate_examples(
+            examples, engine, prompts, executor, EvalOptions(candidates=2)
+        )
     write_report(tmp_path / "r.html", {**summary, "split": "dev", "dataset": "d"}, rows)
     page = (tmp_path / "r.html").read_text()
     assert len(re.findall(r'src="data:image/png;base64,[A-Za-z0-9+/=]{200,}"', page)) == 3
@@ -584,7 +590,7 @@ def test_the_sft_default_on_50_spider_questions(spider_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads(proc.stdout)
     assert metrics["n"] == 50 and metrics["usable"] + metrics["unusable"] == 50
-    assert metrics["mode"] == "spider" and metrics["maj_k"] == 2
+    assert metrics["mode"] == "spider" and metrics["candidates"] == 2
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     right = sum(r["pipeline_match"] for r in rows if r["usable"])
     # pipeline EX is the share of usable questions whose SQL matched, as the rows record it
@@ -919,7 +925,7 @@ def test_a_selection_some_rows_lack_is_scored_on_the_rows_that_have_it():
             index=i,
             pipeline_match=False,
             generator_match=False,
-            maj_k=4,
+            candidates=4,
             maj_match=True,
             oracle_match=i < 3,
             prm_match=False,
@@ -944,7 +950,7 @@ def test_selections_of_one_run_are_paired_against_its_majority_vote(tmp_path):
         dict(
             UNFINISHED_ROW,
             index=i,
-            maj_k=4,
+            candidates=4,
             maj_match=i < 4,
             prm_match=2 <= i < 8,
             oracle_match=i < 8,

@@ -9,6 +9,7 @@ from acesql.cli import cli
 from acesql.config import SelectionSection
 from acesql.data.loaders import load_dataset
 from acesql.errors import AcesqlError, DataError
+from acesql.eval.compare import load_rows
 from acesql.eval.end_to_end import EvalOptions, evaluate_examples
 from acesql.eval.rescore import matching_examples
 from acesql.eval.runner import read_unfinished
@@ -50,7 +51,7 @@ def stored_run(synth_dir, tiny_model_dir):
             Sampler(examples),
             prompts,
             executor,
-            EvalOptions(maj_k=3, selection=R3),
+            EvalOptions(candidates=3, selection=R3),
             judge=Judge(set()),
         )
     return examples, prompts, {r["index"]: r for r in rows}
@@ -76,7 +77,7 @@ def rescore(stored_run, judge, k, selection, scorer=None):
             engine,
             prompts,
             executor,
-            EvalOptions(maj_k=k, selection=selection),
+            EvalOptions(candidates=k, selection=selection),
             judge=judge,
             process_scorer=scorer,
             stored=stored,
@@ -112,7 +113,7 @@ def test_a_larger_n_goes_on_with_the_drawn_candidates(stored_run):
     summary, rows = rescore(stored_run, Judge(set()), 5, SelectionSection(method="r3"))
     for row in rows:
         first, drawn = stored[row["index"]]["r3_candidates"], stored[row["index"]]["r3rs_drawn"]
-        assert row["r3_candidates"] == first + drawn[:2] and row["maj_k"] == 5
+        assert row["r3_candidates"] == first + drawn[:2] and row["candidates"] == 5
         assert "r3rs_match" not in row
     # wrong, wrong, gold, wrong, wrong: two wrong answers outvote the one gold
     gold = {ex.index: ex.sql for ex in examples}
@@ -120,7 +121,7 @@ def test_a_larger_n_goes_on_with_the_drawn_candidates(stored_run):
     assert summary["maj_ex"] == 0.0 and summary["oracle_ex"] == 1.0
     _, voted = rescore(stored_run, None, 7, SelectionSection(method="maj"))
     # ... + gold, 777: four answers, three of them twice
-    assert all((r["maj_k"], r["maj_votes"], r["maj_groups"]) == (7, 2, 4) for r in voted)
+    assert all((r["candidates"], r["maj_votes"], r["maj_groups"]) == (7, 2, 4) for r in voted)
 
 
 def test_prm_best_of_n_scores_the_stored_candidates(stored_run):
@@ -174,13 +175,16 @@ def test_stored_rows_must_be_of_the_questions_asked(stored_run, tmp_path):
 
 
 def test_rows_written_under_the_old_field_names_are_still_rescored(tmp_path):
-    old = {"index": 4, "question": "?", "r3_pool": ["SELECT 1", "SELECT 2"]}
+    old = {"index": 4, "question": "?", "r3_pool": ["SELECT 1", "SELECT 2"], "maj_k": 2}
     old["r3_pool_match"] = [False, True]
     (tmp_path / "rows.jsonl").write_text(json.dumps(old) + "\n")
     stored = stored_candidates(str(tmp_path))
     assert stored[4]["r3_candidates"] == ["SELECT 1", "SELECT 2"]
     assert stored[4]["r3_candidates_match"] == [False, True]
-    assert "r3_pool" not in stored[4]
+    assert stored[4]["candidates"] == 2
+    assert not {"r3_pool", "r3_pool_match", "maj_k"} & set(stored[4])
+    (rows,) = load_rows(str(tmp_path)).values()  # what compare and the reports read
+    assert rows[0]["candidates"] == 2 and "maj_k" not in rows[0]
 
 
 def test_the_command_rescores_a_folder_paired_with_it(synth_dir, tiny_model_dir, tmp_path):
@@ -203,7 +207,9 @@ def test_the_command_rescores_a_folder_paired_with_it(synth_dir, tiny_model_dir,
     a, b = ([json.loads(x) for x in (tmp_path / d / "rows.jsonl").open()] for d in "ab")
     assert [r["index"] for r in a] == [r["index"] for r in b]
     for x, y in zip(a, b):
-        assert y["r3_candidates"] == x["r3_candidates"] + x["r3rs_drawn"][:2] and y["maj_k"] == 4
+        assert (
+            y["r3_candidates"] == x["r3_candidates"] + x["r3rs_drawn"][:2] and y["candidates"] == 4
+        )
     paired = CliRunner().invoke(cli, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert paired.exit_code == 0 and "maj" in paired.output
     # a source still being written: its rows so far are scored, and the rescoring stays

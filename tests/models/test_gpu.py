@@ -163,9 +163,9 @@ def test_grpo_trainer_runs_on_cuda_in_bf16(tiny_model_dir, examples, tmp_path):
 def test_grpo_trainer_samples_with_the_transformers_engine_on_cuda(
     tiny_model_dir, examples, tmp_path
 ):
-    from acesql.rl.pool import EmpiricalPool
-    from acesql.rl.rollout import question_key
-    from acesql.rl.trainer import GrpoTrainer
+    from acesql.grpo.pool import EmpiricalPool
+    from acesql.grpo.rollout import question_key
+    from acesql.grpo.trainer import GrpoTrainer
 
     pool = EmpiricalPool()
     for ex in examples:

@@ -390,7 +390,7 @@ def test_prm_selection_in_the_evaluation_keeps_the_best_rewarded_candidate(synth
             Engine(examples, answers=lambda ex: [*chains(ex)[:2], chains(ex)[0]]),
             prompts,
             executor,
-            EvalOptions(maj_k=3, selection=SelectionSection(method="prm")),
+            EvalOptions(candidates=3, selection=SelectionSection(method="prm")),
             process_scorer=ByOrder(),
         )
     assert all(r["prm_scored"] == 3 and r["prm_sql"].endswith("LIMIT 0") for r in rows)
@@ -428,7 +428,7 @@ def test_grpo_adds_the_process_reward_to_the_outcome_for_chains_only(
             return [0.5] + [None] * (len(outputs) - 1)
 
     trainer.scoring.process = Halves()
-    from acesql.rl.rollout import rollout
+    from acesql.grpo.rollout import rollout
 
     rollouts = rollout(
         examples,

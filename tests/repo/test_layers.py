@@ -32,7 +32,7 @@ LAYERS = (
         "__init__",
     ),
     ("pipeline", "debug"),  # the retriever's greedy columns; debugging tasks
-    ("sft", "rl", "ranking", "prm", "agent"),  # the training roles
+    ("sft", "grpo", "ranker", "prm", "agent"),  # the training roles
     ("selection",),  # one question's answer, chosen among candidates by the roles' judgments
     ("eval",),  # evaluation and its reports
     ("stages", "serving"),  # one entry point per DVC stage; the served model

@@ -10,7 +10,7 @@ import pytest
 from acesql.config import EvaluateSection, SelectionSection, load_params
 from acesql.errors import ConfigError
 from acesql.eval.session import settings
-from acesql.ranking.judge import Context
+from acesql.ranker.judge import Context
 from acesql.selection.fields import ranked_fields, vote_fields
 from acesql.sql.sandbox import ExecResult
 from tests.fakes import Judge
@@ -45,7 +45,7 @@ def test_maj_takes_the_first_sampled_of_tied_groups_and_recall_sees_any_right_ca
     fields = vote_fields(SQLS, VERDICTS, "multiset")
     assert fields["maj_sql"] == "a" and fields["maj_match"] is False
     assert (fields["maj_votes"], fields["maj_valid"], fields["maj_groups"]) == (2, 4, 2)
-    assert fields["oracle_match"] is True and fields["maj_k"] == 5
+    assert fields["oracle_match"] is True and fields["candidates"] == 5
 
 
 def test_ranking_scores_groupwise_pointwise_and_the_spread_inside_groups():
@@ -152,10 +152,10 @@ def test_the_fingerprint_carries_the_selection_section_whole():
     cfg = EvaluateSection()
     common = dict(seed=0, reasoning=False, sample_values=0)
     greedy = settings(cfg, SelectionSection(), **common)
-    assert greedy["maj_k"] == 0 and greedy["maj_temperature"] == 1.0
+    assert greedy["candidates"] == 0 and greedy["maj_temperature"] == 1.0
     assert greedy["selection"] == SelectionSection().model_dump(mode="json")
     maj = settings(cfg, SelectionSection(method="maj", candidates=4), **common)
-    assert maj["maj_k"] == 4 and maj["selection"]["method"] == "maj"
+    assert maj["candidates"] == 4 and maj["selection"]["method"] == "maj"
     salvage = settings(EvaluateSection(unclosed_list="salvage"), **common)
     assert salvage == {**greedy, "unclosed_list": "salvage"}
     # every switch of the section that changes what runs changes the fingerprint
@@ -190,7 +190,7 @@ def sweep_row(audit, fired, before, after):
         "r3rs_match": after,
         "oracle_match": before,
         "r3rs_oracle": after,
-        "maj_k": 8,
+        "candidates": 8,
         "r3rs_generated": 24 if fired else 8,
     }
 
@@ -267,7 +267,7 @@ def test_the_summary_says_how_often_the_rankers_pairwise_calls_decided():
 def test_the_selections_table_ends_with_what_put_r3s_answer_first():
     from acesql.eval.selection_report import selection_report
 
-    base = {"maj_k": 4, "maj_match": True, "r3_match": True, "oracle_match": True}
+    base = {"candidates": 4, "maj_match": True, "r3_match": True, "oracle_match": True}
     rows = [
         dict(base, r3_ties=2, r3_judged_pairs=3, r3_decided_by="preference"),
         dict(base, r3_ties=1, r3_judged_pairs=1, r3_decided_by="utility"),
@@ -285,7 +285,7 @@ def test_the_selections_table_ends_with_what_put_r3s_answer_first():
 def test_the_selections_table_pairs_recall_before_and_after_resampling():
     from acesql.eval.selection_report import selection_report
 
-    base = {"maj_k": 8, "maj_match": False, "r3rs_match": False, "r3rs_fired": True}
+    base = {"candidates": 8, "maj_match": False, "r3rs_match": False, "r3rs_fired": True}
     rows = [
         dict(base, oracle_match=False, r3rs_oracle=True, r3rs_drawn_oracle=True, r3rs_generated=24),
         dict(

@@ -9,7 +9,7 @@ import pytest
 import acesql.selection.selector as selector_module
 from acesql.config import SelectionSection
 from acesql.errors import ConfigError, DataError
-from acesql.ranking.judge import Context
+from acesql.ranker.judge import Context
 from acesql.selection.selector import METHODS, Asked, Selector
 from acesql.sql.sandbox import ExecResult
 from tests.fakes import Judge

@@ -85,14 +85,14 @@ def test_a_stage_metrics_file_comes_with_its_headline(tmp_path):
     from acesql.stages.headlines import HEADLINES
 
     metrics = {"considered": 12, "kept": 3, "kept_rate": 0.25, "reasons": {"too_hard": 9}}
-    write_metrics(tmp_path / "rl_metrics.json", metrics, "rl_data")
-    assert json.loads((tmp_path / "rl_metrics.json").read_text()) == metrics
-    headline = json.loads((tmp_path / "rl_headline.json").read_text())
+    write_metrics(tmp_path / "grpo_metrics.json", metrics, "grpo_data")
+    assert json.loads((tmp_path / "grpo_metrics.json").read_text()) == metrics
+    headline = json.loads((tmp_path / "grpo_headline.json").read_text())
     assert headline == {"considered": 12, "kept": 3, "kept_rate": 0.25}
-    assert list(headline) == list(HEADLINES["rl_data"])
+    assert list(headline) == list(HEADLINES["grpo_data"])
     write_metrics(tmp_path / "base.json", {"x": 1})  # no stage: no headline
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "base.json",
-        "rl_headline.json",
-        "rl_metrics.json",
+        "grpo_headline.json",
+        "grpo_metrics.json",
     ]

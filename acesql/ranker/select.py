@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from acesql.config import SelectionSection
-from acesql.ranking.judge import Candidate, Context
-from acesql.ranking.rank import GroupScore, rank_groups
+from acesql.ranker.judge import Candidate, Context
+from acesql.ranker.rank import GroupScore, rank_groups
 from acesql.sql.majority import group_results
 from acesql.sql.sandbox import ExecResult
 
@@ -41,7 +41,7 @@ def select_groupwise(
     tau: float = _DEFAULT["tau"].default,
 ) -> Choice:
     """The chosen candidate (see the module doc); `judge` has `pairwise_many` and
-    `pointwise_many` (`acesql.ranking.judge.LetterJudge`)."""
+    `pointwise_many` (`acesql.ranker.judge.LetterJudge`)."""
     groups = group_results(sqls, results, mode)
     if not groups:
         return Choice(None, None)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from acesql.ranking.judge import Candidate, Context, LetterJudge
-from acesql.ranking.rank import rank_groups
-from acesql.ranking.select import select_groupwise
+from acesql.ranker.judge import Candidate, Context, LetterJudge
+from acesql.ranker.rank import rank_groups
+from acesql.ranker.select import select_groupwise
 from acesql.sql.sandbox import ExecResult
 from tests.fakes import AskEngine, ChatTokenizer, Judge, WordTokenizer
 
@@ -53,7 +53,7 @@ def test_the_letter_judge_reads_the_next_tokens_odds_and_runs_each_prompt_once(t
     import torch
 
     from acesql.models.base_model import load_model, load_tokenizer
-    from acesql.ranking.judge import letter_id, pair_prompt, point_prompt
+    from acesql.ranker.judge import letter_id, pair_prompt, point_prompt
 
     model, tokenizer = load_model(tiny_model_dir).eval(), load_tokenizer(tiny_model_dir)
     forwards = []
@@ -94,7 +94,7 @@ def test_judgments_sharing_a_prefix_read_what_each_prompt_reads_alone(tiny_model
     import torch
 
     from acesql.models.base_model import load_model, load_tokenizer
-    from acesql.ranking.judge import next_token_logprobs, point_prompt
+    from acesql.ranker.judge import next_token_logprobs, point_prompt
 
     model, tokenizer = load_model(tiny_model_dir).eval(), load_tokenizer(tiny_model_dir)
     context = Context("Which students are older than 20?", "student(id, name, age)\n" * 8)
@@ -228,7 +228,7 @@ def test_ask_command_is_read_only_and_says_what_is_wrong(school_db, tiny_model_d
 
 
 def test_resampling_fires_only_when_the_auditor_finds_nothing_right():
-    from acesql.ranking.select import Drawn, select_with_resampling
+    from acesql.ranker.select import Drawn, select_with_resampling
 
     context = Context("?", "schema")
     drawn = []
@@ -250,7 +250,7 @@ def test_resampling_fires_only_when_the_auditor_finds_nothing_right():
 
 
 def test_the_resampled_pool_is_the_new_candidates_or_all_and_judged_in_their_schema():
-    from acesql.ranking.select import Drawn, select_with_resampling
+    from acesql.ranker.select import Drawn, select_with_resampling
 
     class Schemas(Judge):
         def audit(self, context, groups):

@@ -4,7 +4,7 @@ One step, top to bottom (`GrpoTrainer.step`):
 
     questions -> N retriever rollouts -> parse + vote -> pruned schema -> N generator rollouts
     -> batch execution (gold cached) -> targets S*(q) read from the pool -> pool update
-    -> rewards -> advantages per role (`acesql.rl.scoring`)
+    -> rewards -> advantages per role (`acesql.grpo.scoring`)
     -> two losses -> two backward passes -> PCGrad -> one optimizer step (grad-norm clip)
     -> log -> checkpoint
 
@@ -44,7 +44,7 @@ Across processes (`dist`, under torchrun / accelerate launch; `acesql.distribute
 - the pool stays identical everywhere: every process's matched column sets are gathered and
   applied in question order, after each process read its targets from the pool as it stood
   before the step (the one-process order);
-- gradients are summed over processes before PCGrad (`acesql.rl.update`), so one step equals
+- gradients are summed over processes before PCGrad (`acesql.grpo.update`), so one step equals
   the one-process step on the same rollouts; with `sharding: fsdp` the weights, gradients and
   optimizer state are split across processes (FSDP2) and the transformers engine samples from a
   full inference copy refreshed after every step;
@@ -71,6 +71,13 @@ from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache
 from acesql.distributed import SINGLE, Dist, full_state_dict, load_full_state, shard_model
 from acesql.errors import ConfigError
+from acesql.grpo.plots import curves_figure
+from acesql.grpo.pool import EmpiricalPool
+from acesql.grpo.rewards import ROLES
+from acesql.grpo.rollout import rollout
+from acesql.grpo.schedule import generator_weight
+from acesql.grpo.scoring import StepScorer
+from acesql.grpo.update import DualRoleUpdate
 from acesql.models.base_model import load_model, load_policy, load_tokenizer
 from acesql.models.engine import open_engine
 from acesql.models.freezing import train_top_layers
@@ -78,13 +85,6 @@ from acesql.models.prompts import PromptBuilder
 from acesql.prm.model import TrajectoryScorer
 from acesql.prm.select import ProcessScorer
 from acesql.progress import StepBar, history_windows, window_mean
-from acesql.rl.plots import curves_figure
-from acesql.rl.pool import EmpiricalPool
-from acesql.rl.rewards import ROLES
-from acesql.rl.rollout import rollout
-from acesql.rl.schedule import generator_weight
-from acesql.rl.scoring import StepScorer
-from acesql.rl.update import DualRoleUpdate
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.tracking import NullTracker, Tracker
 
@@ -170,7 +170,7 @@ class GrpoTrainer:
     ):
 
         if not examples:
-            raise ValueError("no RL questions: the rl_data stage kept none (see its metrics)")
+            raise ValueError("no RL questions: the grpo_data stage kept none (see its metrics)")
         self.cfg, self.seed, self.progress = cfg, seed, progress and dist.is_main
         self.dist = dist
         self.examples = examples

@@ -6,7 +6,7 @@
 
 The order is the authors': the retriever is scored against the pool *before* this step's
 update, so a retriever sample is never rewarded for a set that only this step's generator
-samples put there. The rewards are `acesql.rl.rewards`'s; with `generator_reward: process`
+samples put there. The rewards are `acesql.grpo.rewards`'s; with `generator_reward: process`
 the generator's reward is R_out + R_proc from a frozen process reward model
 (`acesql.prm.select.ProcessScorer`), 0 process reward for an output that is not a chain.
 """
@@ -16,12 +16,12 @@ from __future__ import annotations
 from acesql.data.schemas import SchemaCache, gold_columns
 from acesql.distributed import SINGLE, Dist
 from acesql.errors import SqlParseError
+from acesql.grpo.advantages import group_advantages
+from acesql.grpo.pool import EmpiricalPool
+from acesql.grpo.rewards import ROLES, dense_retriever_reward, generator_reward, retriever_reward
+from acesql.grpo.rollout import QuestionRollout
+from acesql.grpo.update import ScoredSequence
 from acesql.models.prompts import PromptBuilder
-from acesql.rl.advantages import group_advantages
-from acesql.rl.pool import EmpiricalPool
-from acesql.rl.rewards import ROLES, dense_retriever_reward, generator_reward, retriever_reward
-from acesql.rl.rollout import QuestionRollout
-from acesql.rl.update import ScoredSequence
 
 Rewards = dict[str, list[list[float]]]  # role -> one list per question, one reward per sample
 

@@ -12,7 +12,7 @@ import yaml
 
 from acesql.config import RankerSection
 from acesql.data.loaders import load_dataset
-from acesql.ranking.pairs import RankerPair, build_pairs, read_pairs, write_pairs
+from acesql.ranker.pairs import RankerPair, build_pairs, read_pairs, write_pairs
 from acesql.sql.batch_executor import BatchExecutor
 from tests.fakes import RoleEngine, sql_answer
 from tests.helpers import run_stage, write_prepared
@@ -76,7 +76,7 @@ def test_pairs_round_trip_and_a_missing_file_names_the_stage(tmp_path):
 
 
 def test_held_out_judgments_by_hand(monkeypatch):
-    import acesql.ranking.trainer as trainer
+    import acesql.ranker.trainer as trainer
 
     # P(A) per prompt, in order: pair 1 (right first, right second), pair 2 (same)
     p_a = torch.tensor([0.9, 0.2, 0.8, 0.7])
@@ -103,7 +103,7 @@ def _pairs(n: int) -> list[RankerPair]:
 
 
 def test_the_trainer_samples_both_orders_updates_and_resumes(tiny_model_dir, tmp_path):
-    from acesql.ranking.trainer import RankerTrainer
+    from acesql.ranker.trainer import RankerTrainer
 
     cfg = RankerSection(
         steps=3,
@@ -147,8 +147,8 @@ def test_the_trainer_samples_both_orders_updates_and_resumes(tiny_model_dir, tmp
 
 
 def test_an_all_equal_group_carries_no_signal(tiny_model_dir, monkeypatch):
-    import acesql.ranking.trainer as trainer_module
-    from acesql.ranking.trainer import RankerTrainer
+    import acesql.ranker.trainer as trainer_module
+    from acesql.ranker.trainer import RankerTrainer
 
     cfg = RankerSection(steps=1, pairs_per_step=1, samples=4, beta=0.0, eval_every=0)
     trainer = RankerTrainer(tiny_model_dir, _pairs(1), cfg, device="cpu")

@@ -137,7 +137,7 @@ class EmpiricalPool:
     def load(cls, path: str | Path) -> EmpiricalPool:
         path = Path(path)
         if not path.is_file():
-            raise DataError(f"{path} not found: the rl_data stage writes the initial pool")
+            raise DataError(f"{path} not found: the grpo_data stage writes the initial pool")
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as e:

@@ -1,12 +1,12 @@
 """GRPO of the ranker role for position consistency (R3-SQL's ranker training).
 
-Each step takes `pairs_per_step` pairs (`acesql.ranking.pairs`: a correct and a wrong
+Each step takes `pairs_per_step` pairs (`acesql.ranker.pairs`: a correct and a wrong
 candidate of one question). A group member is one answer to each of the pair's two prompts
 (the correct query as A, then as B), each the first token sampled at `temperature` from the
 policy's next-token distribution (one forward per prompt gives all `samples` members). Its
 reward is `consistency_reward`: 1 only when it picks the correct query in both orders, so a
 judge that follows a position earns nothing. Advantages are normalised within the pair's
-group (`acesql.rl.advantages.group_advantages`); each member gives two one-token sequences
+group (`acesql.grpo.advantages.group_advantages`); each member gives two one-token sequences
 with its advantage, and one update takes their token-mean clipped loss with the k3 KL to the
 frozen starting model (`DualRoleUpdate.single_role`, prompts shared across a group).
 
@@ -33,11 +33,11 @@ import torch
 
 from acesql.checkpoint import Checkpoints, fingerprint, save_model
 from acesql.errors import ConfigError
+from acesql.grpo.advantages import group_advantages
+from acesql.grpo.update import ScoredSequence, single_role_training
 from acesql.progress import history_windows, window_mean
-from acesql.ranking.judge import letter_id, next_token_logprobs
-from acesql.ranking.pairs import RankerPair
-from acesql.rl.advantages import group_advantages
-from acesql.rl.update import ScoredSequence, single_role_training
+from acesql.ranker.judge import letter_id, next_token_logprobs
+from acesql.ranker.pairs import RankerPair
 from acesql.tracking import NullTracker, Tracker
 
 

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache
+from acesql.grpo.pool import EmpiricalPool
+from acesql.grpo.rollout import rollout
 from acesql.models.prompts import PromptBuilder
-from acesql.rl.pool import EmpiricalPool
-from acesql.rl.rollout import rollout
 from acesql.sql.batch_executor import BatchExecutor
 
 
 @dataclass
-class RlDataStats:
+class GrpoDataStats:
     considered: int = 0
     kept: int = 0
     dropped: Counter = field(default_factory=Counter)  # reason -> n
@@ -47,7 +47,7 @@ class RlDataStats:
         }
 
 
-def build_rl_data(
+def build_grpo_data(
     examples: list[Example],
     engine,
     prompts: PromptBuilder,
@@ -66,7 +66,7 @@ def build_rl_data(
     chunk: int = 16,
     seed: int = 0,
     progress=None,
-) -> tuple[list[Example], EmpiricalPool, RlDataStats]:
+) -> tuple[list[Example], EmpiricalPool, GrpoDataStats]:
     """The kept examples, the seeded pool and statistics; see the module doc.
 
     Questions are rolled out `chunk` at a time, so memory stays flat on big sets;
@@ -77,7 +77,7 @@ def build_rl_data(
             f"need 0 <= min_correct <= max_correct <= generator samples, got "
             f"{min_correct}, {max_correct}, {n_generator}"
         )
-    stats = RlDataStats()
+    stats = GrpoDataStats()
     pool = EmpiricalPool()
     kept: list[Example] = []
     usable = _usable(examples, prompts, schemas, max_prompt_tokens, stats)
@@ -125,7 +125,7 @@ def _usable(examples, prompts, schemas, max_prompt_tokens, stats) -> list[Exampl
     return usable
 
 
-def _keep(r, min_correct: int, max_correct: int, stats: RlDataStats) -> bool:
+def _keep(r, min_correct: int, max_correct: int, stats: GrpoDataStats) -> bool:
     """Whether a rolled-out question is kept: neither too hard nor too easy, with columns."""
     stats.union_sizes.append(len(r.schema_columns))
     stats.unextractable += r.unextractable

@@ -17,7 +17,7 @@ import torch
 from acesql.config import DistributedSection
 from acesql.distributed import SINGLE, Dist, launch_command
 from acesql.errors import ConfigError
-from acesql.rl.pcgrad import pcgrad, pcgrad_
+from acesql.grpo.pcgrad import pcgrad, pcgrad_
 
 WORKER = Path(__file__).parents[1] / "dist_worker.py"
 ROOT = Path(__file__).resolve().parents[2]

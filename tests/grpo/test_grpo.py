@@ -1,4 +1,4 @@
-"""The GRPO trainer and the rl_data / grpo stages, on a tiny random model.
+"""The GRPO trainer and the grpo_data / grpo stages, on a tiny random model.
 
 A scripted engine stands in for sampling where a test needs known outputs (a random model's
 SQL never executes correctly, so every reward would be 0); it returns real token ids, so the
@@ -18,10 +18,10 @@ import yaml
 
 from acesql.data.loaders import load_dataset
 from acesql.eval.end_to_end import Validation
-from acesql.rl.pool import EmpiricalPool
-from acesql.rl.rollout import question_key
-from acesql.rl.trainer import GrpoTrainer, question_order
-from acesql.rl.update import ScoredSequence
+from acesql.grpo.pool import EmpiricalPool
+from acesql.grpo.rollout import question_key
+from acesql.grpo.trainer import GrpoTrainer, question_order
+from acesql.grpo.update import ScoredSequence
 from tests.fakes import RoleEngine, sql_answer
 from tests.grpo_helpers import (
     SEQS,
@@ -54,7 +54,7 @@ def test_question_order_is_deterministic_and_covers_epochs():
 
 def _spy_pcgrad(monkeypatch) -> dict:
     """Copies of the two role gradients the update hands to PCGrad, before it combines them."""
-    from acesql.rl import update
+    from acesql.grpo import update
 
     seen, real = {}, update.pcgrad_
 
@@ -178,7 +178,7 @@ class RecordingSGD(torch.optim.SGD):
 def _dual_update(model_dir, **kw):
     from transformers import AutoModelForCausalLM
 
-    from acesql.rl.update import DualRoleUpdate
+    from acesql.grpo.update import DualRoleUpdate
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     opt = RecordingSGD(model.parameters(), lr=0.1)
@@ -283,24 +283,24 @@ def _run(module, params, **kw):
 
 
 @pytest.mark.slow  # a whole stage (or several) in subprocesses
-def test_rl_data_stage_keeps_bounded_questions(tmp_path, tiny_model_dir, synth_dir, examples):
+def test_grpo_data_stage_keeps_bounded_questions(tmp_path, tiny_model_dir, synth_dir, examples):
     params = stage_project(tmp_path, tiny_model_dir, synth_dir, examples, {})
-    proc = _run("acesql.stages.rl_data", params)
+    proc = _run("acesql.stages.grpo_data", params)
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err[-2000:]
-    metrics = json.loads((tmp_path / "data" / "rl_metrics.json").read_text())
+    metrics = json.loads((tmp_path / "data" / "grpo_metrics.json").read_text())
     assert metrics["considered"] == len(examples)
     # a random model never matches: 0 correct of 2 is inside [0, 2] but seeds no column set
     assert metrics["correct_histogram"] == {"0": len(examples)}
     assert metrics["dropped"] == {"no_extractable_columns": len(examples)}
     assert metrics["kept"] == 0
-    assert (tmp_path / "data" / "rl" / "train.jsonl").read_text() == ""
-    assert len(EmpiricalPool.load(tmp_path / "data" / "rl" / "initial_pool.json")) == 0
+    assert (tmp_path / "data" / "grpo" / "train.jsonl").read_text() == ""
+    assert len(EmpiricalPool.load(tmp_path / "data" / "grpo" / "initial_pool.json")) == 0
     # bounds that cannot hold are refused with one message
     bad = yaml.safe_load(params.read_text())
-    bad["rl_data"]["min_correct"] = 3
+    bad["grpo_data"]["min_correct"] = 3
     params.write_text(yaml.safe_dump(bad))
-    proc = _run("acesql.stages.rl_data", params)
+    proc = _run("acesql.stages.grpo_data", params)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "min_correct <= max_correct" in err
 
@@ -315,18 +315,18 @@ def count_engine(examples, k) -> RoleEngine:
     return RoleEngine(examples, generator)
 
 
-def test_rl_data_keeps_questions_between_the_bounds(tiny_model_dir, examples):
+def test_grpo_data_keeps_questions_between_the_bounds(tiny_model_dir, examples):
     from acesql.data.schemas import SchemaCache
+    from acesql.grpo.data import build_grpo_data
     from acesql.models.base_model import load_tokenizer
     from acesql.models.prompts import PromptBuilder
-    from acesql.rl.data import build_rl_data
     from acesql.sql.batch_executor import BatchExecutor
 
     # question i gets i of 3 SQLs right; bounds [1, 2]: 0 is too hard, 3 too easy
     engine = count_engine(examples, {ex.question: i for i, ex in enumerate(examples)})
     prompts = PromptBuilder(load_tokenizer(tiny_model_dir))
     with BatchExecutor(workers=0) as executor:
-        kept, pool, stats = build_rl_data(
+        kept, pool, stats = build_grpo_data(
             examples,
             engine,
             prompts,
@@ -404,7 +404,7 @@ def test_grpo_stage_without_questions_keeps_the_sft_model(
     tmp_path, tiny_model_dir, synth_dir, examples
 ):
     params = stage_project(tmp_path, tiny_model_dir, synth_dir, examples, {})
-    rl = tmp_path / "data" / "rl"
+    rl = tmp_path / "data" / "grpo"
     rl.mkdir(parents=True)
     (rl / "train.jsonl").write_text("")
     EmpiricalPool().save(rl / "initial_pool.json")
@@ -443,9 +443,9 @@ def test_shared_prompt_update_equals_the_full_one(tiny_model_dir):
 )
 def test_format_gate_in_rollouts(tiny_model_dir, examples, reasoning, text, reason, rewarded):
     from acesql.data.schemas import SchemaCache
+    from acesql.grpo.rollout import rollout
     from acesql.models.base_model import load_tokenizer
     from acesql.models.prompts import PromptBuilder
-    from acesql.rl.rollout import rollout
     from acesql.sql.batch_executor import BatchExecutor
 
     prompts = PromptBuilder(load_tokenizer(tiny_model_dir), reasoning=reasoning)

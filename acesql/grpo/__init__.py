@@ -1,20 +1,20 @@
 """ACE-SQL's reinforcement-learning pieces: rewards, advantages, loss, PCGrad, schedule, pool.
 
 Each is a pure function or a small class, tested against hand-computed numbers; the GRPO
-trainer (`acesql.rl.trainer`) puts them together.
+trainer (`acesql.grpo.trainer`) puts them together.
 """
 
-from acesql.rl.advantages import group_advantages
-from acesql.rl.loss import LossStats, grpo_loss, k3_kl
-from acesql.rl.pcgrad import PcgradStats, pcgrad, pcgrad_
-from acesql.rl.pool import EmpiricalPool, replay
-from acesql.rl.rewards import (
+from acesql.grpo.advantages import group_advantages
+from acesql.grpo.loss import LossStats, grpo_loss, k3_kl
+from acesql.grpo.pcgrad import PcgradStats, pcgrad, pcgrad_
+from acesql.grpo.pool import EmpiricalPool, replay
+from acesql.grpo.rewards import (
     dense_retriever_reward,
     generator_reward,
     length_penalty,
     retriever_reward,
 )
-from acesql.rl.schedule import generator_weight, schedule_horizon
+from acesql.grpo.schedule import generator_weight, schedule_horizon
 
 __all__ = [
     "EmpiricalPool",

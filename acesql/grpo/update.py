@@ -6,7 +6,7 @@
 1. the retriever's token-mean loss is back-propagated; its gradient is copied into a buffer
    (allocated once, reused every step: the only extra gradient copy);
 2. lambda x the generator's loss is back-propagated into the now-zeroed `.grad`;
-3. PCGrad combines the two in place in `.grad` (`acesql.rl.pcgrad.pcgrad_`);
+3. PCGrad combines the two in place in `.grad` (`acesql.grpo.pcgrad.pcgrad_`);
 4. the global grad norm is clipped and the optimizer steps once.
 
 Old-policy log-probs are the current ones, detached: one update per rollout (see the
@@ -30,12 +30,12 @@ from dataclasses import dataclass
 import torch
 
 from acesql.distributed import SINGLE, Dist
+from acesql.grpo.loss import grpo_loss
+from acesql.grpo.pcgrad import pcgrad_
 from acesql.models.base_model import load_policy, load_tokenizer
 from acesql.models.freezing import train_top_layers
 from acesql.models.logits import shared_prompt_logprobs, token_logprobs
 from acesql.models.precision import bf16_autocast_enabled
-from acesql.rl.loss import grpo_loss
-from acesql.rl.pcgrad import pcgrad_
 
 BUCKET = 1 << 24  # numbers per gradient all-reduce (64 MiB of fp32)
 

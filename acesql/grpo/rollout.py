@@ -1,7 +1,7 @@
-"""One ACE-SQL rollout for a batch of questions, shared by the rl_data and grpo stages.
+"""One ACE-SQL rollout for a batch of questions, shared by the grpo_data and grpo stages.
 
     retriever prompt -> N retriever samples -> parse each into a column set
-      -> vote (grpo) or union (rl_data's pool initialisation) -> pruned schema
+      -> vote (grpo) or union (grpo_data's pool initialisation) -> pruned schema
       -> generator prompt -> M generator samples -> parse SQL -> batch execution vs gold
       -> the column sets of the matched SQLs (what the empirical pool is fed)
 

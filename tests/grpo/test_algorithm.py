@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from acesql.errors import DataError
-from acesql.rl import (
+from acesql.grpo import (
     EmpiricalPool,
     dense_retriever_reward,
     generator_reward,

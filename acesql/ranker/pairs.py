@@ -10,7 +10,7 @@ grouped by result (`acesql.sql.majority.group_results`: failed or truncated SQL 
 group). A question whose groups include a correct one and a wrong one gives up to
 `pairs_per_question` pairs, correct groups and wrong groups taken in turn, each represented
 by its first member. A pair keeps both prompts of the judge (`render(context, a, b)`, by
-default `acesql.ranking.judge.pair_prompt` with the policy's tokenizer): the correct query as
+default `acesql.ranker.judge.pair_prompt` with the policy's tokenizer): the correct query as
 A, and as B. Questions that give no pair are counted by reason.
 """
 
@@ -27,7 +27,7 @@ from acesql.data.loaders import Example, parse_jsonl
 from acesql.data.schemas import SchemaCache
 from acesql.errors import DataError
 from acesql.pipeline import greedy_columns
-from acesql.ranking.judge import Candidate, Context
+from acesql.ranker.judge import Candidate, Context
 from acesql.sql.majority import group_results
 from acesql.sql.parsing import parse_sql
 
