@@ -5,13 +5,13 @@ Each score comes with the count it is a share of. Overall and per complexity lev
 - `pipeline_ex`: greedy retriever -> generator, execution match; `maj_ex`: maj@n on the same
   pruned schema (when k > 0), with `oracle_ex` (candidate recall: any of the k correct) and
   `maj_given_recall` (maj@n's accuracy on the questions with a correct candidate); with the
-  r3 selection also `point_ex` (pointwise best-of-k), `r3_ex` (groupwise ranking),
+  r3 selection also `point_ex` (pointwise best-of-n), `r3_ex` (groupwise ranking),
   `r3_given_recall`, `r3_point_spread`, `r3_tie_rate` (judged pairs of groups the ranker
   called a tie), `r3_by_preference` (questions with several groups whose answer the pairwise
   preference chose, not utility) and, with resampling, `r3rs_ex`, `r3rs_fired`,
   `r3rs_generated` (candidates per question), `r3rs_oracle_ex` (recall of the pool ranked)
   and `r3rs_drawn_oracle` (recall of the new candidates, on the questions where it fired);
-  with the prm selection `prm_ex` (PRM best-of-k), `prm_given_recall`, `prm_vote_ex` (the
+  with the prm selection `prm_ex` (PRM best-of-n), `prm_given_recall`, `prm_vote_ex` (the
   PRM-weighted vote) and `prm_auc_within` (AUC of R_proc, right against wrong candidates of
   one question);
   `generator_ex`: the generator on the gold columns' schema; `full_schema_ex`: the generator
@@ -55,10 +55,10 @@ SCORE_LABELS = (
     ("pipeline_ex", "pipeline EX"),
     ("full_schema_ex", "full-schema EX"),
     ("maj_ex", "maj@n"),
-    ("point_ex", "pointwise best-of-k"),
+    ("point_ex", "pointwise best-of-n"),
     ("r3_ex", "r3 ranking"),
     ("r3rs_ex", "r3 + resampling"),
-    ("prm_ex", "PRM best-of-k"),
+    ("prm_ex", "PRM best-of-n"),
     ("prm_vote_ex", "PRM-weighted vote"),
     ("oracle_ex", "candidate recall"),
     ("generator_ex", "generator EX"),

@@ -11,12 +11,12 @@ more candidates, with nothing generated.
 with resampling the drawn ones, `r3rs_drawn`). Rescoring reads them back: the greedy
 pipeline's fields are the stored row's, the candidates run again against the gold, and
 maj@n, candidate recall, pointwise best-of-n, groupwise ranking and (when asked) ranking after
-resampling, or PRM best-of-k, are chosen by the selector and scored as
+resampling, or PRM best-of-n, are chosen by the selector and scored as
 `acesql.selection.fields` scores them. Every
 comparison with the stored run is then paired on the same samples, and a second judge (a
 ranker trained apart, a process score model) costs its judgments only.
 
-PRM best-of-k needs a score model of the direct view (`prm_data.sql_format: direct`): the rows
+PRM best-of-n needs a score model of the direct view (`prm_data.sql_format: direct`): the rows
 keep each candidate's SQL, not the text and token log-probabilities a chain-reading score
 model weights its steps by.
 
