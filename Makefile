@@ -28,9 +28,8 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $@
 
 # The pipeline flow: `dvc repro` of each stage, under Prefect's temporary local API (or the
-# server of `make ui` while it runs). PROFILE=long first sets profiles/long.yaml's values in
-# params.yaml (about an hour on 2 cores) and saves the finished run as a DVC experiment (make
-# exps); PROFILE=cpu sets the 30-minute default back.
+# server of `make ui` while it runs). PROFILE=long runs profiles/long.yaml's values (about an
+# hour on 2 cores) as a DVC experiment (make exps) and leaves params.yaml the default.
 run: setup
 	$(if $(UI_API),PREFECT_API_URL=$(UI_API) )$(PY) -m flows.pipeline $(if $(PROFILE),--profile $(PROFILE))
 

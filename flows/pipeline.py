@@ -18,13 +18,16 @@ A pipeline that is cancelled (the Prefect UI, `prefect flow-run cancel`) or kill
 Ctrl-C) stops the stage it runs, cancels the runs it dispatched and ends its MLflow run, and
 the stage runs under it, as KILLED.
 
-With `profile`, the values of `profiles/<profile>.yaml` are first set in params.yaml (comments
-kept, the whole file validated before it is replaced), as `dvc exp run --set-param` would, and
-a finished run is saved as the DVC experiment `<profile>-<date>-<time>` (params, dvc.lock and
-the stages' outputs): `make exps` (`dvc exp show --only-changed`) compares it with other runs,
-`dvc exp apply <name>` brings it back, and `git checkout params.yaml dvc.lock` (or `--profile
-cpu`) returns to the committed default. `cpu` is the 30-minute default of a 2-core machine,
-`long` a run of about an hour there (65 minutes measured with AMX), `wide` training on wide
+With `profile`, a named variant runs as a DVC experiment and the tracked files stay the
+default: params.yaml and dvc.lock are kept aside, the values of `profiles/<profile>.yaml` set in
+params.yaml (comments kept, the whole file validated before it is replaced) as `dvc exp run
+--set-param` would, the finished run saved as the DVC experiment `<profile>-<date>-<time>`
+(params, dvc.lock and the stages' outputs), and then params.yaml, dvc.lock and the outputs put
+back as they were, as `dvc exp run --temp` leaves them. `make exps` (`dvc exp show
+--only-changed`) compares the experiments, `dvc exp apply <name>` brings one into the
+workspace. A profile run that stops keeps its values in params.yaml: the same command again
+resumes it (DVC keeps the finished stages) and restores the default at the end. `long` is a
+run of about an hour on 2 cores (65 minutes measured with AMX), `wide` training on wide
 schemas (hours).
 
 MLflow: one parent run per pipeline run, the stages' runs its children (flows/tracking.py);
@@ -64,7 +67,16 @@ from flows.dispatch import (  # noqa: E402
 )
 from flows.params_file import apply_profile  # noqa: E402
 from flows.registry import MAIN_STAGES, STAGES  # noqa: E402
-from flows.tasks import experiment_name, project_lock, repro, save_experiment  # noqa: E402
+from flows.tasks import (  # noqa: E402
+    DEFAULT_KEPT,
+    experiment_name,
+    keep_default,
+    profile_left_over,
+    project_lock,
+    repro,
+    restore_default,
+    save_experiment,
+)
 from flows.tracking import (  # noqa: E402
     close_pipeline_run,
     end_killed_pipeline_run,
@@ -123,8 +135,9 @@ def pipeline(
         registered_model: The MLflow model name the evaluated model is registered under.
         log_model_weights: Copy the weights into the MLflow version too (by default it
             points at the DVC output that holds them).
-        profile: A profile of profiles/ (cpu, long) whose values are set in params.yaml
-            before the stages run; empty: params.yaml as it is.
+        profile: A profile of profiles/ (long, wide) or a YAML file whose values the run
+            uses, saved as a DVC experiment, the tracked files restored after; empty:
+            params.yaml as it is.
         gpu_start_timeout_s: Seconds a dispatched training stage may wait for a gpu worker
             to pick it up before the pipeline cancels it and fails.
     """
@@ -134,6 +147,8 @@ def pipeline(
     if profile:
         with project_lock():
             use_profile(profile)
+    elif profile_left_over():
+        get_run_logger().warning(profile_left_over())
     short = disk_warning(shutil.disk_usage(".").free)
     if short:
         get_run_logger().warning(short)
@@ -157,11 +172,15 @@ def pipeline(
             register_model(parent, registered_model, log_model_weights)
         if profile:
             with project_lock():
-                save_experiment(
+                saved = save_experiment(
                     experiment_name(profile, datetime.now()),
                     [stage for stage in STAGES if stage in stages],
                     f"the pipeline with profile {profile}",
                 )
+                if saved:
+                    restore_default(saved)
+                else:  # the workspace is the run's only copy: left as it is
+                    shutil.rmtree(DEFAULT_KEPT, ignore_errors=True)
         status = "FINISHED"
     except BaseException as exc:
         if not isinstance(exc, Exception):  # cancelled, terminated, interrupted
@@ -194,9 +213,19 @@ def end_killed(parent_run_id: str | None) -> None:
 
 @task(task_run_name="use profile {profile}")
 def use_profile(profile: str) -> None:
-    """Set the values of a profile in params.yaml (see the module doc)."""
-    names = apply_profile(profile)
-    get_run_logger().info("profile %s: %d values set in params.yaml", profile, len(names))
+    """Set the values of a profile in params.yaml, the default kept aside first (see the module
+    doc); a profile that is refused leaves both as they were."""
+    logger = get_run_logger()
+    kept_now = keep_default()
+    if not kept_now:
+        logger.info("resuming a stopped profile run: the default kept then is restored at the end")
+    try:
+        names = apply_profile(profile)
+    except Exception:
+        if kept_now:
+            shutil.rmtree(DEFAULT_KEPT)
+        raise
+    logger.info("profile %s: %d values set in params.yaml", profile, len(names))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -225,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
         "--log-model-weights", action="store_true", help="copy the weights to MLflow too"
     )
     parser.add_argument(
-        "--profile", help="set profiles/PROFILE.yaml's values in params.yaml first (cpu, long)"
+        "--profile", help="run profiles/PROFILE.yaml's values (long, wide) as a DVC experiment"
     )
     args = parser.parse_args(argv)
     # Prefect turns SIGTERM into a crash of the flow and then re-sends it to the handler it

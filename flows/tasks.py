@@ -1,4 +1,5 @@
-"""The tasks every flow shares: `dvc repro <stage>`, `dvc exp save` and the project folder's lock.
+"""The tasks every flow shares: `dvc repro <stage>`, `dvc exp save`, the project folder's lock,
+and the default a profile run returns the workspace to.
 
 `flows/pipeline.py` runs the stages in order with them, `flows/stages.py` one stage each.
 """
@@ -9,6 +10,7 @@ import contextlib
 import fcntl
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +32,10 @@ STOP_GRACE_S = 10.0  # a stopped stage's time to end its MLflow run before SIGKI
 DVC_LOCK_BUSY = "Unable to acquire lock"  # dvc/lock.py: another DVC process holds the repo
 
 PROJECT_LOCK = Path(".dvc/tmp/acesql-flow.lock")
+# params.yaml and dvc.lock as they were before a profile's values were set, kept until the
+# profile's run is saved as an experiment (a stopped run leaves them for its resumption)
+DEFAULT_KEPT = Path(".dvc/tmp/acesql-default")
+TRACKED = ("params.yaml", "dvc.lock")
 
 
 @contextlib.contextmanager
@@ -210,9 +216,68 @@ def save_experiment(name: str, stages: list[str], message: str) -> str | None:
         logger.warning("the run is not saved as a DVC experiment: %s", why)
         return None
     logger.info(
-        "saved as DVC experiment %s: `make exps` compares the experiments, `dvc exp apply %s` "
-        "brings this one back, `git checkout params.yaml dvc.lock` the committed default",
+        "saved as DVC experiment %s: `make exps` compares it with the others, `dvc exp apply %s` "
+        "brings its params, dvc.lock and outputs into the workspace",
         name,
         name,
     )
     return name
+
+
+def keep_default() -> bool:
+    """Copy params.yaml and dvc.lock aside before a profile changes them, so the finished run
+    can put them back (`restore_default`); whether this call made the copies. A profile run
+    that stopped part-way made them already: those, the default from before any profile, stay.
+    """
+    if DEFAULT_KEPT.is_dir():
+        return False
+    staging = DEFAULT_KEPT.with_name(DEFAULT_KEPT.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name in TRACKED:
+        if Path(name).is_file():
+            shutil.copyfile(name, staging / name)
+    staging.rename(DEFAULT_KEPT)
+    return True
+
+
+@task(task_run_name="restore the default")
+def restore_default(experiment: str) -> None:
+    """Put params.yaml and dvc.lock back as `keep_default` found them and check their outputs
+    out, as `dvc exp run --temp` leaves the workspace: the tracked files stay the default and
+    the profile's run lives on as DVC experiment `experiment`."""
+    logger = get_run_logger()
+    for name in TRACKED:
+        kept = DEFAULT_KEPT / name
+        if kept.is_file():
+            Path(name).write_bytes(kept.read_bytes())
+        else:
+            Path(name).unlink(missing_ok=True)  # the default had none
+    shutil.rmtree(DEFAULT_KEPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "dvc", "checkout", "--quiet"], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        logger.warning(
+            "params.yaml and dvc.lock are the default again, but DVC's cache lacks some of the "
+            "default's outputs (never built here): `make run` builds them, `dvc exp apply %s` "
+            "brings this run's back",
+            experiment,
+        )
+        return
+    logger.info(
+        "params.yaml, dvc.lock and the outputs are the default again; `dvc exp apply %s` "
+        "brings this run's back",
+        experiment,
+    )
+
+
+def profile_left_over() -> str | None:
+    """What to say when params.yaml holds a stopped profile run's values, or None."""
+    if not DEFAULT_KEPT.is_dir():
+        return None
+    return (
+        "params.yaml holds the values of a profile whose run stopped (the default is kept in "
+        f"{DEFAULT_KEPT}): the same `--profile` again resumes that run and then restores the "
+        "default"
+    )

@@ -8,6 +8,7 @@ real thing. Each test has its own sqlite MLflow store.
 """
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -315,6 +316,41 @@ def test_a_profile_is_set_in_params_yaml_before_the_stages_run(
         ["sft"], profile=str(profile), return_state=True
     ).is_completed()
     assert len(repro_calls) == 2 and len(saved) == 1  # refused before any stage ran
+
+
+def test_a_profile_run_saved_as_an_experiment_leaves_the_tracked_files_the_default(
+    project, prefect_harness, monkeypatch
+):
+    write_lock_entry("data", "default-md5")
+    before = {name: Path(name).read_text() for name in ("params.yaml", "dvc.lock")}
+    budgets, fail = [], ["sft"]
+
+    def fake_repro(stage, force=False, parent_run_id=None):
+        budgets.append((stage, load_section("params.yaml", "sft").time_budget_minutes))
+        if stage in fail:
+            fail.remove(stage)
+            raise RuntimeError("killed")
+        write_lock_entry(stage, "profile-md5")
+
+    monkeypatch.setattr(flows.pipeline, "repro", fake_repro)
+    monkeypatch.setattr(flows.pipeline, "save_experiment", lambda name, *a: name)
+    profile = project / "quick.yaml"
+    profile.write_text("sft:\n  time_budget_minutes: 1.5\n")
+    run = functools.partial(flows.pipeline.pipeline, ["data", "sft"], profile=str(profile))
+    # a run that stops keeps the profile's values for its resumption, and the default aside
+    assert not run(return_state=True).is_completed()
+    assert load_section("params.yaml", "sft").time_budget_minutes == 1.5
+    assert flows.tasks.DEFAULT_KEPT.is_dir()
+    assert run(return_state=True).is_completed()
+    assert budgets == [("data", 1.5), ("sft", 1.5), ("data", 1.5), ("sft", 1.5)]
+    # the saved run: params.yaml and dvc.lock byte for byte the default again
+    assert {name: Path(name).read_text() for name in before} == before
+    assert not flows.tasks.DEFAULT_KEPT.exists()
+    # a profile refused before any stage keeps nothing aside
+    profile.write_text("sft:\n  time_budget_minutes: -1\n")
+    assert not run(return_state=True).is_completed()
+    assert {name: Path(name).read_text() for name in before} == before
+    assert not flows.tasks.DEFAULT_KEPT.exists() and len(budgets) == 4
 
 
 def test_stage_runs_are_children_of_the_pipeline_run_with_dvc_hashes(
@@ -893,10 +929,15 @@ def test_a_profile_run_is_saved_as_a_dvc_experiment_that_exp_show_compares(
 ):
     _dvc_project(tmp_path)
     monkeypatch.chdir(tmp_path)
+    default = {name: (tmp_path / name).read_text() for name in flows.tasks.TRACKED}
+    assert flows.tasks.keep_default() and not flows.tasks.keep_default()  # kept once
     (tmp_path / "params.yaml").write_text("train:\n  steps: 3\n  rate: 0.5\n")  # the profile
     subprocess.run([sys.executable, "-m", "dvc", "repro", "-q"], check=True)
     name = flows.tasks.save_experiment("fast-20261206-120000", ["train"], "the pipeline, fast")
     assert name == "fast-20261206-120000"
+    flows.tasks.restore_default(name)
+    assert {name: (tmp_path / name).read_text() for name in default} == default
+    assert not flows.tasks.DEFAULT_KEPT.exists()
     show = subprocess.run(
         [sys.executable, "-m", "dvc", "exp", "show", "--only-changed", "--csv"],
         capture_output=True,
