@@ -11,6 +11,7 @@ acesql debug check --tasks data/debug/dev.jsonl --id shop_0001/3 --fix "UPDATE .
 acesql ask --model models/grpo --db shop.sqlite "Which customer spent most?"
 acesql serve log --model models/grpo --register acesql-serve   # for `mlflow models serve`
 acesql check-gold-sql            # the SQL engine's self-check on Spider dev's gold SQL
+acesql params sft                # every field of a section: value, default, meaning
 
 One module per command family: options.py holds what they share. Heavy imports stay inside
 the commands, so that `acesql --help` starts fast.
@@ -23,7 +24,7 @@ import sys
 
 import click
 
-from acesql.cli import ask, data, debug, evaluate, pool, serve, sql, storage
+from acesql.cli import ask, data, debug, evaluate, params, pool, serve, sql, storage
 from acesql.errors import AcesqlError
 
 
@@ -50,6 +51,7 @@ cli.add_command(  # the self-check's old name, said to be the main job
     )
 )
 cli.add_command(pool.pool)
+cli.add_command(params.params_command)
 cli.add_command(storage.artifacts)
 cli.add_command(storage.remote)
 cli.add_command(ask.ask_command)

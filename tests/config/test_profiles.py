@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from acesql.config import load_params
+from acesql.config.describe import describe, read_raw
 from acesql.errors import ConfigError
 from flows.params_file import apply_profile, keys, leaf
 
@@ -39,7 +40,20 @@ def test_a_profile_applied_to_the_repository_params_is_valid(tmp_path, profile):
         for part in name.split("."):
             got = got[part]
         assert got == value, name
-    assert "# Parameters of the pipeline stages" in params.read_text()  # comments kept
+    assert "one section per DVC stage (see dvc.yaml)" in params.read_text()  # comments kept
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.stem)
+def test_a_profile_changes_nothing_it_does_not_write(tmp_path, profile):
+    # a key added to a sub-section params.yaml leaves out must not flip its other fields
+    # from the stage's defaults to the sub-section class's
+    params = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", params)
+    before = {x.name: x.value for x in describe(load_params(params), read_raw(params))}
+    apply_profile(str(profile), params)
+    after = {x.name: x.value for x in describe(load_params(params), read_raw(params))}
+    changed = {name for name in before if before[name] != after[name]}
+    assert changed and changed <= _keys(profile)
 
 
 def test_a_bad_profile_leaves_params_alone(tmp_path):

@@ -113,7 +113,9 @@ def test_settings_come_from_params_and_refuse_what_cannot_be_served(tmp_path):
     with pytest.raises(ValueError, match="prm needs its score model"):
         ServeSettings(selection=SelectionSection(method="prm"))
     params = tmp_path / "params.yaml"
-    params.write_text((ROOT / "params.yaml").read_text().replace("method: greedy", "method: prm"))
+    params.write_text(
+        (ROOT / "params.yaml").read_text().replace("selection: {}", "selection: {method: prm}")
+    )
     with pytest.raises(ConfigError, match="cannot serve"):
         serve_settings(params)
 

@@ -17,6 +17,8 @@ import pytest
 import yaml
 import zc.lockfile
 
+from acesql.config import load_section
+
 ROOT = Path(__file__).resolve().parents[2]
 GIT_USER = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
 TEXT = {"capture_output": True, "text": True, "timeout": 300}
@@ -280,8 +282,9 @@ def test_the_whole_pipeline_with_a_tiny_model(clone, tiny_model_dir):
         # the metric DVC tracks is the share of the 3 rows whose SQL matched
         assert metrics["usable"] == len(rows) == 3
         assert metrics["pipeline_ex"] == round(right / 3, 4)
-        voted = params["selection"]["method"] != "greedy"  # candidates is absent when greedy
-        assert metrics.get("candidates", 0) == (params["selection"]["candidates"] if voted else 0)
+        selection = load_section(clone / "params.yaml", "selection")
+        voted = selection.method != "greedy"  # candidates is absent when greedy
+        assert metrics.get("candidates", 0) == (selection.candidates if voted else 0)
         assert (clone / "results" / split / "report.html").stat().st_size > 10_000
         assert json.loads((clone / "results" / split / "predict_dev.json").read_text())
     assert (clone / "models" / "sft" / "model.safetensors").is_file()

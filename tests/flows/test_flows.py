@@ -48,8 +48,8 @@ def project(tmp_path, monkeypatch, request, store):
     """A project folder holding the repository's params.yaml, its MLflow experiment and
     registered model named after the test."""
     params = (ROOT / "params.yaml").read_text()
-    params = params.replace("tracking_uri: sqlite:///mlflow.db", f"tracking_uri: {store}")
-    params = params.replace("experiment: acesql", f"experiment: {request.node.name}")
+    base = f"base:\n  tracking_uri: {store}\n  experiment: {request.node.name}\n"
+    params = params.replace("base:\n", base, 1)
     (tmp_path / "params.yaml").write_text(params)
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -540,9 +540,9 @@ def test_a_stage_flow_writes_the_fields_it_is_given_into_params_yaml(
 def test_a_training_flow_sets_its_processes(project, prefect_harness, repro_calls):
     state = flows.stages.grpo_flow(distributed={"processes": 4}, force=True, return_state=True)
     assert state.is_completed()
-    params = yaml.safe_load(Path("params.yaml").read_text())
-    assert params["distributed"]["processes"] == 4
-    assert params["distributed"]["sharding"] == "none"  # the fields not given stay
+    assert yaml.safe_load(Path("params.yaml").read_text())["distributed"] == {"processes": 4}
+    distributed = load_section("params.yaml", "distributed")
+    assert distributed.processes == 4 and distributed.sharding == "none"  # the rest stay
     assert repro_calls == [("grpo", True, None)]
 
 
@@ -618,7 +618,7 @@ def test_a_run_from_a_stage_form_changes_only_what_the_user_changed(
             enforce_parameter_schema=True,
         )
         deployment = client.read_deployment(deployment_id)
-        old = yaml.safe_load(Path("params.yaml").read_text())["data"]["synth"]["questions_per_db"]
+        old = load_section("params.yaml", "data").synth.questions_per_db
         payload = form_payload(
             deployment.parameter_openapi_schema, "data", {"synth": {"questions_per_db": old + 3}}
         )
@@ -631,9 +631,10 @@ def test_a_run_from_a_stage_form_changes_only_what_the_user_changed(
             client.delete_deployment(deployment_id)
     assert state.is_completed(), state
     after = Path("params.yaml").read_text()
-    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
-    assert len(before.splitlines()) == len(after.splitlines())
-    assert [b.split("#")[0].strip() for _, b in changed] == [f"questions_per_db: {old + 3}"]
+    # one line added (params.yaml writes no default), nothing else touched
+    removed = [line for line in before.splitlines() if line not in after.splitlines()]
+    added = [line.strip() for line in after.splitlines() if line not in before.splitlines()]
+    assert removed == [] and added == [f"questions_per_db: {old + 3}"]
     assert f"data.synth.questions_per_db: {old} -> {old + 3}" in caplog.text
     assert repro_calls == [("data", False, None)]
 
@@ -683,7 +684,7 @@ def test_overrides_that_break_the_section_are_refused_before_the_stage_runs(
     params = yaml.safe_load(Path("params.yaml").read_text())
     Path("spider").mkdir()
     params["data"].update(source="spider", path="spider")
-    params["data"]["splits"]["test_ood"] = None
+    params["data"]["splits"] = {"train": "train", "dev": "dev", "test_ood": None}
     Path("params.yaml").write_text(yaml.safe_dump(params))
     before = Path("params.yaml").read_text()
     # valid alone (the synthetic source has test_ood), not once merged with source: spider
@@ -732,11 +733,13 @@ def test_every_flow_parameter_is_described_in_the_form():
 def test_merge_section_returns_each_changed_value_old_and_new(tmp_path):
     params = tmp_path / "params.yaml"
     params.write_text((ROOT / "params.yaml").read_text())
-    data = yaml.safe_load(params.read_text())["data"]
-    old = data["synth"]["questions_per_db"]
-    given = {"synth": {"questions_per_db": old + 1, "profile": data["synth"]["profile"]}}
-    changes = flows.params_file.merge_section("data", given, params)
-    assert changes == [("data.synth.questions_per_db", old, old + 1)]
+    sft = yaml.safe_load(params.read_text())["sft"]
+    given = {"max_steps": sft["max_steps"] + 1, "train_layers": sft["train_layers"], "epochs": 2}
+    changes = flows.params_file.merge_section("sft", given, params)
+    assert changes == [
+        ("sft.epochs", flows.params_file.UNSET, 2),  # a default params.yaml did not write
+        ("sft.max_steps", sft["max_steps"], sft["max_steps"] + 1),
+    ]
 
 
 def test_repro_hands_the_parent_run_to_the_stage_process(prefect_harness, monkeypatch, tmp_path):
