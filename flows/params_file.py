@@ -33,14 +33,16 @@ UNSET = "(unset)"  # the old value of a key params.yaml did not have
 
 def merge_section(stage: str, overrides: dict, params: Path = PARAMS) -> list[tuple[str, Any, Any]]:
     """Set the leaves of `overrides` in params.yaml's `stage` section; return the values that
-    changed, as (dotted name, old value, new value), old being `UNSET` where the file had none.
+    changed, as (dotted name, old value, new value), old being the default the stage ran with
+    where the file wrote none (`UNSET` where it could not be read).
     """
     yaml = round_trip_yaml()
     document = yaml.load(params.read_text()) or {}
     if document.get(stage) is None:
         document[stage] = {}
     names = [name for name in sorted(keys(overrides)) if leaf(overrides, name) != {}]
-    old = {name: leaf(document[stage], name) for name in names}
+    effective = _effective(params, stage)
+    old = {name: _old_value(document[stage], effective, name) for name in names}
     merge(document[stage], overrides)
     _swap_in(document, params, lambda candidate: load_section(candidate, stage), stage)
     return [
@@ -48,6 +50,19 @@ def merge_section(stage: str, overrides: dict, params: Path = PARAMS) -> list[tu
         for name in names
         if old[name] != leaf(overrides, name)
     ]
+
+
+def _effective(params: Path, stage: str) -> dict:
+    """The values the stage runs with now, defaults included; {} when the file does not load."""
+    try:
+        return load_section(params, stage).model_dump(mode="json")
+    except ConfigError:
+        return {}
+
+
+def _old_value(written: dict, effective: dict, name: str):
+    value = leaf(written, name)
+    return leaf(effective, name) if value == UNSET else value
 
 
 def _without_defaults(schema: dict, model: type) -> None:

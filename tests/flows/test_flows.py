@@ -737,7 +737,7 @@ def test_merge_section_returns_each_changed_value_old_and_new(tmp_path):
     given = {"max_steps": sft["max_steps"] + 1, "train_layers": sft["train_layers"], "epochs": 2}
     changes = flows.params_file.merge_section("sft", given, params)
     assert changes == [
-        ("sft.epochs", flows.params_file.UNSET, 2),  # a default params.yaml did not write
+        ("sft.epochs", 1.0, 2),  # a default params.yaml did not write: the value it ran with
         ("sft.max_steps", sft["max_steps"], sft["max_steps"] + 1),
     ]
 
