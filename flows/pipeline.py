@@ -68,8 +68,8 @@ from flows.dispatch import (  # noqa: E402
 from flows.params_file import apply_profile  # noqa: E402
 from flows.registry import MAIN_STAGES, STAGES  # noqa: E402
 from flows.tasks import (  # noqa: E402
-    DEFAULT_KEPT,
     experiment_name,
+    forget_default,
     keep_default,
     profile_left_over,
     project_lock,
@@ -147,8 +147,8 @@ def pipeline(
     if profile:
         with project_lock():
             use_profile(profile)
-    elif profile_left_over():
-        get_run_logger().warning(profile_left_over())
+    elif left_over := profile_left_over():
+        get_run_logger().warning(left_over)
     short = disk_warning(shutil.disk_usage(".").free)
     if short:
         get_run_logger().warning(short)
@@ -180,7 +180,7 @@ def pipeline(
                 if saved:
                     restore_default(saved)
                 else:  # the workspace is the run's only copy: left as it is
-                    shutil.rmtree(DEFAULT_KEPT, ignore_errors=True)
+                    forget_default()
         status = "FINISHED"
     except BaseException as exc:
         if not isinstance(exc, Exception):  # cancelled, terminated, interrupted
@@ -223,7 +223,7 @@ def use_profile(profile: str) -> None:
         names = apply_profile(profile)
     except Exception:
         if kept_now:
-            shutil.rmtree(DEFAULT_KEPT)
+            forget_default()
         raise
     logger.info("profile %s: %d values set in params.yaml", profile, len(names))
 

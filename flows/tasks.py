@@ -253,7 +253,7 @@ def restore_default(experiment: str) -> None:
             Path(name).write_bytes(kept.read_bytes())
         else:
             Path(name).unlink(missing_ok=True)  # the default had none
-    shutil.rmtree(DEFAULT_KEPT)
+    forget_default()
     done = subprocess.run(
         [sys.executable, "-m", "dvc", "checkout", "--quiet"], capture_output=True, text=True
     )
@@ -270,6 +270,11 @@ def restore_default(experiment: str) -> None:
         "brings this run's back",
         experiment,
     )
+
+
+def forget_default() -> None:
+    """Drop the copies `keep_default` made (restored, or no longer wanted)."""
+    shutil.rmtree(DEFAULT_KEPT, ignore_errors=True)
 
 
 def profile_left_over() -> str | None:
