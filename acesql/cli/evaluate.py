@@ -218,7 +218,11 @@ def answers_command(run_ref, tracking_uri):
 )
 @click.option("--split", default="dev", show_default=True)
 @click.option(
-    "--limit", type=COUNT, default=None, help="Questions (or tasks), spread over databases."
+    "--limit",
+    type=COUNT,
+    default=None,
+    help="Questions (or tasks), spread over databases. Larger than a finished run's in --out "
+    "(same model and settings): only the questions it adds are scored.",
 )
 @click.option("--mode", type=MODES, default=None, help="Match mode [by format].")
 @click.option(

@@ -14,6 +14,11 @@ fingerprint covers all three, so a changed setting never mixes with old rows. Sa
 are derived from the chunk's position, so a resumed run with the same chunk size samples what
 an unbroken one would.
 
+A finished folder is grown the same way: the same model and settings over more questions (a
+larger `--limit`, whose spread keeps the questions of a smaller one) take the finished rows of
+the questions they share and score only the others. The model is matched by the digest of its
+weights that metrics.json records (`model_sha256`).
+
 Until then `read_unfinished` gives the finished rows (`acesql eval --compare` reads them).
 When every chunk is done the folder holds:
 
@@ -90,8 +95,12 @@ def evaluate_to_folder(
         " another output folder"
     )
     with folder_locked(out, DataError(busy)):
-        partial = out / f".partial-{fingerprint(model, growing or examples, settings)}.jsonl"
+        digest = model_digest(model)
+        job = fingerprint(model, growing or examples, settings, digest=digest)
+        partial = out / f".partial-{job}.jsonl"
         done, earlier_seconds = _read_partial(partial)
+        carried = _finished_rows(out, examples, done, digest, settings, growing)
+        earlier_seconds += carried[1]
         start = time.monotonic()
         finished = sum(e.index in done for e in examples)
         if finished:
@@ -112,10 +121,11 @@ def evaluate_to_folder(
             "questions": len(growing or examples),
         }
         run = _Chunks(_Watched(engine, bar), prompts, executor, _options(settings), tools)
-        _append_chunks(partial, header, examples, done, run, chunk_size, bar)
+        _append_chunks(partial, header, examples, done, run, chunk_size, bar, carried)
         bar.close()
         rows = [done[e.index] for e in examples]
         summary = _described(summarize(rows), model, dataset, split, settings, start)
+        summary["model_sha256"] = digest
         summary["seconds_total"] = round(earlier_seconds + summary["seconds"], 1)
         if growing is not None:
             print(
@@ -129,13 +139,22 @@ def evaluate_to_folder(
         return summary, rows
 
 
-def _append_chunks(partial: Path, header: dict, examples, done: dict, run, chunk_size, bar):
+def _append_chunks(partial: Path, header: dict, examples, done, run, chunk_size, bar, carried):
     """Score the questions not in `done`, a chunk at a time, each chunk's rows appended to
-    the partial file (after the header, when it is new) and added to `done`."""
+    the partial file (after the header, when it is new) and added to `done`. `carried`: the
+    rows taken from the folder's finished evaluation and their seconds, saved first as a chunk
+    of their own."""
     _end_with_newline(partial)
     with partial.open("a") as fh:
-        if not done and fh.tell() == 0:
+        if fh.tell() == 0:
             fh.write(json.dumps({"header": header}) + "\n")
+        rows, seconds = carried
+        if rows:
+            record = {"chunk": "carried", "rows": list(rows.values()), "seconds": seconds}
+            fh.write(json.dumps(record, default=str) + "\n")
+            fh.flush()
+            done.update(rows)
+            bar.update(len(rows))
         chunks = [examples[i : i + chunk_size] for i in range(0, len(examples), chunk_size)]
         for number, chunk in enumerate(chunks):
             todo = [e for e in chunk if e.index not in done]
@@ -264,10 +283,13 @@ _EVAL_ARGS = {f.name for f in fields(EvalOptions)}
 _DEFAULT_ANSWER = SelectionSection.model_fields["answer"].default
 
 
-def fingerprint(model: str, examples: list[Example], settings: dict) -> str:
-    """A short hash of what decides the results: model contents, questions, settings."""
+def fingerprint(
+    model: str, examples: list[Example], settings: dict, digest: str | None = None
+) -> str:
+    """A short hash of what decides the results: model contents (`digest`, when the caller
+    has it already), questions, settings."""
     identity = {
-        "model": model_digest(model),
+        "model": digest or model_digest(model),
         "questions": [(e.index, e.db_id, e.question, e.sql) for e in examples],
         "settings": settings,
     }
@@ -303,6 +325,72 @@ def model_digest(model: str) -> str:
         return str(root.resolve()) if root.is_dir() else model
     listing = "".join(f"{path.name}\0{file_sha256(path)}\n" for path in files)
     return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def _finished_rows(
+    out: Path,
+    examples: list[Example],
+    done: dict,
+    digest: str,
+    settings: dict,
+    growing: list | None,
+) -> tuple[dict[int, dict], float]:
+    """The rows of the evaluation finished earlier in `out` that this one takes as they are,
+    by question index, and the share of that run's seconds they took.
+
+    A row is taken when the finished run had the same model contents (`model_sha256` in its
+    metrics.json) and settings (its settings.json), and the row is the same question (index,
+    database, question and gold SQL): so a run with a larger `--limit` into the same folder
+    scores only the questions it adds. A folder written before metrics recorded the model's
+    digest is not taken from (it says so): its weights cannot be told from a retrained model's.
+    Nothing is taken while the questions are still `growing` (a rescoring of a running
+    evaluation).
+    """
+    metrics_file, rows_file = out / "metrics.json", out / "rows.jsonl"
+    if growing is not None or not (
+        metrics_file.is_file() and rows_file.is_file() and (out / SETTINGS_FILE).is_file()
+    ):
+        return {}, 0.0
+    try:
+        metrics = json.loads(metrics_file.read_text())
+        earlier = json.loads((out / SETTINGS_FILE).read_text())
+        lines = rows_file.read_text().splitlines()
+        old_rows = [json.loads(line) for line in lines if line.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"{out}: its finished results are unreadable ({exc}), not reused", file=sys.stderr)
+        return {}, 0.0
+    if earlier != json.loads(json.dumps(settings, default=str)):
+        return {}, 0.0
+    if metrics.get("model_sha256") != digest:
+        if "model_sha256" not in metrics:
+            print(
+                f"{out}: its finished results record no model digest (model_sha256), so "
+                "they are not reused; every question is scored again",
+                file=sys.stderr,
+            )
+        return {}, 0.0
+    wanted = {e.index: e for e in examples if e.index not in done}
+    taken = {}
+    for row in old_rows:
+        example = wanted.get(row.get("index")) if isinstance(row, dict) else None
+        if example is not None and _same_question(row, example):
+            taken[example.index] = row
+    if taken:
+        print(
+            f"{out}: {len(taken)} questions taken from its finished evaluation (same model, "
+            f"settings and questions); {len(wanted) - len(taken)} to score",
+            file=sys.stderr,
+        )
+    seconds = float(metrics.get("seconds_total") or metrics.get("seconds") or 0.0)
+    return taken, seconds * len(taken) / max(len(old_rows), 1)
+
+
+def _same_question(row: dict, example: Example) -> bool:
+    return (row.get("db_id"), row.get("question"), row.get("gold_sql")) == (
+        example.db_id,
+        example.question,
+        example.sql,
+    )
 
 
 def _key(chunk: list[Example]) -> str:

@@ -81,3 +81,11 @@ def test_deterministic_under_seed_and_keeps_input_order():
 def test_nothing_kept_is_an_empty_list():
     assert filter_examples(_examples({"a": 2}), complexities=["challenging"]) == []
     assert filter_examples([], max_examples=3) == []
+
+
+def test_a_larger_budget_keeps_every_question_of_a_smaller_one():
+    # so an evaluation grown from --limit 160 to 240 takes the 160 rows it has
+    rows = _examples({"a": 9, "b": 4, "c": 12, "d": 7})
+    kept = [{e.index for e in filter_examples(rows, max_examples=n, seed=3)} for n in range(33)]
+    assert all(smaller <= larger for smaller, larger in zip(kept, kept[1:]))
+    assert [len(k) for k in kept] == list(range(33))

@@ -251,6 +251,35 @@ def test_the_command_and_the_stage_evaluate_alike(
     assert summary["usable"] == 3 and not partial.exists()
 
 
+def test_eval_run_with_a_larger_limit_scores_only_the_questions_it_adds(
+    synth_dir, tiny_model_dir, tmp_path, capsys, monkeypatch
+):
+    import sys
+
+    from acesql.cli import main
+    from acesql.eval import runner
+
+    real = runner.evaluate_examples
+    scored = []
+
+    def counted(chunk, *args, **kwargs):
+        scored.extend(e.index for e in chunk)
+        return real(chunk, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "evaluate_examples", counted)
+    out = tmp_path / "eval"
+    argv = ["acesql", "eval", "run", "--model", str(tiny_model_dir), "--dataset", str(synth_dir)]
+    argv += ["--format", "synth", "--max-new-tokens", "4", "--no-bf16", "--out", str(out)]
+    for limit in ("2", "5"):
+        monkeypatch.setattr(sys, "argv", [*argv, "--limit", limit])
+        main()
+    first, added = scored[:2], scored[2:]
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert len(rows) > 2 and len(added) == len(rows) - 2 and not set(first) & set(added)
+    assert sorted(r["index"] for r in rows) == sorted(first + added)
+    assert "2 questions taken from its finished evaluation" in capsys.readouterr().err
+
+
 def test_full_schema_ex_and_the_answer_policies(setup):
     from acesql.config import SelectionSection
     from acesql.data.schemas import SchemaCache

@@ -411,6 +411,61 @@ def test_a_resumed_evaluation_goes_on_whatever_the_chunk_size(setup, tmp_path, t
     assert rows == rows_b and summary["usable"] == len(examples)
 
 
+def test_a_larger_limit_into_a_finished_folder_scores_only_the_questions_it_adds(
+    setup, tmp_path, tiny_model_dir, capsys
+):
+    examples, prompts = setup
+    answer = lambda ex, i: ex.sql if ex.index % 3 else "SELECT 0"  # noqa: E731
+    kwargs = dict(
+        model=str(tiny_model_dir),
+        dataset="synth",
+        split="dev",
+        settings={"mode": "multiset", "seed": 3},
+        chunk_size=4,
+        progress=False,
+    )
+    with BatchExecutor(workers=0) as executor:
+        first = Scripted(examples, answer)
+        small, _ = evaluate_to_folder(
+            examples[:8], first, prompts, executor, tmp_path / "a", **kwargs
+        )
+        assert small["model_sha256"] == model_digest(str(tiny_model_dir))
+        widened = Scripted(examples, answer)
+        summary, rows = evaluate_to_folder(
+            examples, widened, prompts, executor, tmp_path / "a", **kwargs
+        )
+        whole = Scripted(examples, answer)
+        summary_b, rows_b = evaluate_to_folder(
+            examples, whole, prompts, executor, tmp_path / "b", **kwargs
+        )
+    assert "8 questions taken from its finished evaluation" in capsys.readouterr().err
+    assert widened.prompts * 3 == whole.prompts  # 4 of the 12 questions scored
+    assert rows == rows_b and summary["usable"] == 12
+    assert summary["pipeline_ex"] == summary_b["pipeline_ex"] == round(8 / 12, 4)
+    assert summary["seconds_total"] >= small["seconds_total"]
+    assert not list((tmp_path / "a").glob(".partial-*"))
+    # another setting, or metrics that do not say which weights made them: all scored again
+    for change in ("digest", "settings"):
+        metrics = json.loads((tmp_path / "a" / "metrics.json").read_text())
+        if change == "digest":
+            del metrics["model_sha256"]
+            (tmp_path / "a" / "metrics.json").write_text(json.dumps(metrics))
+        again = Scripted(examples, answer)
+        seed = 4 if change == "settings" else 3
+        with BatchExecutor(workers=0) as executor:
+            evaluate_to_folder(
+                examples,
+                again,
+                prompts,
+                executor,
+                tmp_path / "a",
+                **{**kwargs, "settings": {"mode": "multiset", "seed": seed}},
+            )
+        assert again.prompts == whole.prompts, change
+        if change == "digest":
+            assert "record no model digest" in capsys.readouterr().err
+
+
 def test_the_bar_names_the_part_running_and_outputs_at_the_token_cap():
     from acesql.eval.runner import _Watched
     from acesql.models.engine import Completion
