@@ -31,7 +31,8 @@ def params_command(sections, path, written, as_json):
     any field listed here may be added to it.
     """
     from acesql.config import Params, load_params
-    from acesql.config.describe import describe, read_raw
+    from acesql.config.describe import describe
+    from acesql.config.params import read_params_file
 
     if not path.is_file():
         raise click.UsageError(f"{path} not found: run from the project folder, or give --file")
@@ -40,7 +41,7 @@ def params_command(sections, path, written, as_json):
         raise click.UsageError(
             f"unknown section(s) {unknown}; choose among {list(Params.model_fields)}"
         )
-    lines = describe(load_params(path), read_raw(path))
+    lines = describe(load_params(path), read_params_file(path))
     lines = [
         line
         for line in lines

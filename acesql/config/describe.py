@@ -3,19 +3,18 @@
 params.yaml writes only what differs from the typed defaults; this is the view of all the
 rest (`acesql params`):
 
-    for line in describe(load_params(path), read_raw(path)):
+    for line in describe(load_params(path), read_params_file(path)):
         print(line.name, line.value, line.default, line.written, line.description)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from acesql.config.params import Params, _read
+from acesql.config.params import Params
 
 
 @dataclass(frozen=True)
@@ -28,11 +27,6 @@ class FieldLine:
     default: Any
     written: bool
     description: str
-
-
-def read_raw(path: str | Path) -> dict:
-    """The params file as written (strictly read: a key twice is an error)."""
-    return _read(path)
 
 
 def describe(params: Params, raw: dict) -> list[FieldLine]:

@@ -73,7 +73,7 @@ class Params(Section):
 def load_params(path: str | Path = "params.yaml") -> Params:
     """Every section of a params file, validated (absent sections take their defaults; a
     section written with nothing under it is an error: `name: {}` asks for the defaults)."""
-    raw = _read(path)
+    raw = read_params_file(path)
     _no_renamed_sections(raw, path)
     _no_empty_sections(raw, path)
     try:
@@ -95,7 +95,7 @@ def load_section(path: str | Path, name: str) -> Section:
             f"unknown params section {name!r}; choose one of {list(Params.model_fields)}"
         )
     model = field.annotation
-    raw = _read(path)
+    raw = read_params_file(path)
     _no_renamed_sections(raw, path)
     unknown = [key for key in raw if key not in Params.model_fields]
     if unknown:
@@ -205,7 +205,9 @@ def _quoted(value) -> str:
     return f"{text[:MAX_QUOTED_CHARS]}... ({len(text) - MAX_QUOTED_CHARS:,} more characters)"
 
 
-def _read(path: str | Path) -> dict:
+def read_params_file(path: str | Path) -> dict:
+    """The params file as written, before defaults and validation (strictly read: a key
+    twice is an error); every failure a ConfigError that names the file."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"params file {path} is a folder; give the YAML file")

@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from acesql.cli import cli
 from acesql.config import Params, load_params
-from acesql.config.describe import describe, read_raw
+from acesql.config.describe import describe
+from acesql.config.params import read_params_file
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = ROOT / "params.yaml"
@@ -31,7 +32,7 @@ def _interpolated(text: str) -> list[str]:
 def test_params_yaml_writes_no_default_but_what_dvc_yaml_reads():
     reads = _dvc_reads()
     assert {"base.seed", "evaluate.model", "base.results_dir"} <= reads
-    lines = describe(load_params(PARAMS), read_raw(PARAMS))
+    lines = describe(load_params(PARAMS), read_params_file(PARAMS))
     repeated = [x.name for x in lines if x.written and x.value == x.default and x.name not in reads]
     assert repeated == [], f"params.yaml repeats these defaults: {repeated}"
     written = {x.name for x in lines if x.written}

@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from acesql.config import load_params
-from acesql.config.describe import describe, read_raw
+from acesql.config.describe import describe
+from acesql.config.params import read_params_file
 from acesql.errors import ConfigError
 from flows.params_file import apply_profile, keys, leaf
 
@@ -49,9 +50,9 @@ def test_a_profile_changes_nothing_it_does_not_write(tmp_path, profile):
     # from the stage's defaults to the sub-section class's
     params = tmp_path / "params.yaml"
     shutil.copy(ROOT / "params.yaml", params)
-    before = {x.name: x.value for x in describe(load_params(params), read_raw(params))}
+    before = {x.name: x.value for x in describe(load_params(params), read_params_file(params))}
     apply_profile(str(profile), params)
-    after = {x.name: x.value for x in describe(load_params(params), read_raw(params))}
+    after = {x.name: x.value for x in describe(load_params(params), read_params_file(params))}
     changed = {name for name in before if before[name] != after[name]}
     assert changed and changed <= _keys(profile)
 
