@@ -1,4 +1,4 @@
-"""Runs the README's reliability table: every row's command, its exit status and its message."""
+"""Runs docs/reliability.md's table: every row's command, its exit status and its message."""
 
 import importlib
 import os
@@ -14,7 +14,7 @@ import pytest
 
 from acesql.cli import main as acesql_main
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+TABLE = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
 
 
 def _sqlite_file(*statements: str) -> bytes:
@@ -92,7 +92,7 @@ FILES = {
 
 def _rows() -> list[tuple[str, str, int, str]]:
     """(bad input, command, exit status, expected text) for each row of the table."""
-    section = README.read_text().split("## Reliability", 1)[1].split("\n## ", 1)[0]
+    section = TABLE.read_text()
     rows = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
@@ -100,7 +100,7 @@ def _rows() -> list[tuple[str, str, int, str]]:
             continue
         command = re.fullmatch(r"`([^`]+)`", cells[1])
         outcome = re.search(r"exit (\d+), `(.+)`$", cells[2])
-        assert command and outcome, f"README reliability row not in the expected form: {line}"
+        assert command and outcome, f"reliability row not in the expected form: {line}"
         rows.append((cells[0], command.group(1), int(outcome.group(1)), outcome.group(2)))
     return rows
 
