@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from pathlib import Path
 
 from acesql.data.loaders import parse_jsonl
@@ -418,8 +419,6 @@ def _read_rows(path: Path) -> list[dict]:
 
 
 def _rows_from_run(run_id: str, tracking_uri: str | None) -> dict[str, list[dict]]:
-    import tempfile
-
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 

@@ -58,6 +58,7 @@ the source files, and it never opens them for writing.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -520,8 +521,6 @@ def _remove_replica(replica: Path) -> None:
 
 
 def _short_hash(text: str) -> str:
-    import hashlib
-
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
