@@ -337,17 +337,25 @@ def test_unusable_examples_are_counted_not_run(setup):
     assert rows[-1]["category"] == "unusable" and rows[-1]["unusable_reason"] == "database missing"
 
 
+def _job(model_dir, *, candidates=None, **extra) -> dict:
+    """The keyword arguments of one evaluation job into a folder: synth dev, multiset, seed 3."""
+    settings = {"mode": "multiset", "seed": 3}
+    if candidates is not None:
+        settings = {"mode": "multiset", "candidates": candidates, "seed": 3}
+    return dict(
+        model=str(model_dir),
+        dataset="synth",
+        split="dev",
+        settings=settings,
+        progress=False,
+        **extra,
+    )
+
+
 def test_a_killed_evaluation_resumes_without_redoing_chunks(setup, tmp_path, tiny_model_dir):
     examples, prompts = setup
     answer = lambda ex, i: ex.sql if ex.index % 2 else "SELECT 0"  # noqa: E731
-    kwargs = dict(
-        model=str(tiny_model_dir),
-        dataset="synth",
-        split="dev",
-        settings={"mode": "multiset", "candidates": 2, "seed": 3},
-        chunk_size=4,
-        progress=False,
-    )
+    kwargs = _job(tiny_model_dir, candidates=2, chunk_size=4)
     with BatchExecutor(workers=0) as executor:
         # 3 chunks of 4; each chunk calls generate 3 times: the kill lands in the second chunk
         dying = Scripted(examples, answer, fail_after=4)
@@ -384,13 +392,7 @@ def test_a_killed_evaluation_resumes_without_redoing_chunks(setup, tmp_path, tin
 def test_a_resumed_evaluation_goes_on_whatever_the_chunk_size(setup, tmp_path, tiny_model_dir):
     examples, prompts = setup
     answer = lambda ex, i: ex.sql if ex.index % 2 else "SELECT 0"  # noqa: E731
-    kwargs = dict(
-        model=str(tiny_model_dir),
-        dataset="synth",
-        split="dev",
-        settings={"mode": "multiset", "seed": 3},
-        progress=False,
-    )
+    kwargs = _job(tiny_model_dir)
     with BatchExecutor(workers=0) as executor:
         # chunks of 4, each two generate calls: killed in the third chunk, 8 questions saved
         dying = Scripted(examples, answer, fail_after=5)
@@ -416,14 +418,7 @@ def test_a_larger_limit_into_a_finished_folder_scores_only_the_questions_it_adds
 ):
     examples, prompts = setup
     answer = lambda ex, i: ex.sql if ex.index % 3 else "SELECT 0"  # noqa: E731
-    kwargs = dict(
-        model=str(tiny_model_dir),
-        dataset="synth",
-        split="dev",
-        settings={"mode": "multiset", "seed": 3},
-        chunk_size=4,
-        progress=False,
-    )
+    kwargs = _job(tiny_model_dir, chunk_size=4)
     with BatchExecutor(workers=0) as executor:
         first = Scripted(examples, answer)
         small, _ = evaluate_to_folder(
