@@ -5,8 +5,8 @@ acesql sql columns --db DB "SELECT ..."
 acesql sql match --db DB --mode bird --pred "..." --gold "..."
 acesql pool replay --gamma 0.5 --events FILE
 acesql evaluate-sql --dataset DIR --format spider --predictions FILE --mode spider
-acesql eval --model DIR --dataset DIR --format spider --limit 100 --out results/spider-dev
-acesql eval --compare results/dev-sft results/dev-grpo
+acesql eval run --model DIR --dataset DIR --format spider --limit 100 --out results/spider-dev
+acesql eval compare results/dev-sft results/dev-grpo
 acesql debug check --tasks data/debug/dev.jsonl --id shop_0001/3 --fix "UPDATE ..."
 acesql ask --model models/grpo --db shop.sqlite "Which customer spent most?"
 acesql serve log --model models/grpo --register acesql-serve   # for `mlflow models serve`
@@ -24,7 +24,7 @@ import sys
 
 import click
 
-from acesql.cli import ask, data, debug, evaluate, params, pool, serve, sql, storage
+from acesql.cli import ask, data, debug, evaluate, params, pool, scoring, serve, sql, storage
 from acesql.errors import AcesqlError
 
 
@@ -36,15 +36,15 @@ def cli():
 
 cli.add_command(sql.sql)
 cli.add_command(data.data)
-cli.add_command(evaluate.evaluate_sql)
+cli.add_command(scoring.evaluate_sql)
 cli.add_command(evaluate.evaluate_group)
-cli.add_command(evaluate.metrics)
-cli.add_command(evaluate.run)
+cli.add_command(scoring.metrics)
+cli.add_command(scoring.run)
 cli.add_command(  # the self-check's old name, said to be the main job
     click.Command(
         "run",
-        callback=evaluate.run.callback,
-        params=evaluate.run.params,
+        callback=scoring.run.callback,
+        params=scoring.run.params,
         help="The old name of `acesql check-gold-sql`.",
         hidden=True,
         deprecated="Use `acesql check-gold-sql`: the same check (the main job is `make run`).",
