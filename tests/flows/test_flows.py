@@ -957,3 +957,24 @@ def test_a_profile_run_is_saved_as_a_dvc_experiment_that_exp_show_compares(
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     assert flows.tasks.save_experiment("x-1", ["train"], "m") is None
+
+
+def test_a_flow_started_without_make_reports_nothing_and_keeps_prefect_in_the_project():
+    """`python -m flows.pipeline` outside `make`: the privacy and home settings of the Makefile
+    are there before Prefect is imported; a value the user set wins."""
+    root = Path(flows.pipeline.__file__).resolve().parents[1]
+    keys = ("PREFECT_SERVER_ANALYTICS_ENABLED", "MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK")
+    env = {k: v for k, v in os.environ.items() if k not in (*keys, "PREFECT_HOME")}
+    show = "import flows, os, json; print(json.dumps({k: os.environ.get(k) for k in %r}))"
+    names = (*keys, "PREFECT_HOME")
+    code = show % (names,)
+    plain = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True)
+    assert json.loads(plain.stdout) == {
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_HOME": str(root / ".prefect"),
+    }
+    env["PREFECT_HOME"] = "/elsewhere"
+    mine = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True)
+    assert json.loads(mine.stdout)["PREFECT_HOME"] == "/elsewhere"
