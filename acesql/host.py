@@ -5,6 +5,7 @@ that disagree can be told apart by where they ran (`bf16_autocast: auto` compute
 one CPU and in fp32 on another, and greedy decoding flips on near-ties).
 
     host_tags()  # {"host.cpu": "AMD EPYC", "host.cpu_native_bf16": "true", ...}
+    host_facts()  # the same without the prefix, as an evaluation's metrics.json records them
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ def host_tags() -> dict[str, str]:
     return {
         "host.cpu": next(names, "") or platform.machine(),
         "host.cpu_native_bf16": str(cpu_has_native_bf16()).lower(),
+        # AMX computes bf16 matrix products otherwise than AVX-512 BF16 alone: two hosts that
+        # both say "Intel Xeon" and native bf16 train different weights when one has it
+        "host.cpu_amx": str("amx_bf16" in _cpuinfo().split()).lower(),
         "host.torch": torch.__version__,
         "host.cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
     }
@@ -46,3 +50,8 @@ def _cpuinfo() -> str:
         return Path("/proc/cpuinfo").read_text()
     except OSError:
         return ""
+
+
+def host_facts() -> dict[str, str]:
+    """`host_tags()` without the `host.` prefix: what an evaluation's metrics.json records."""
+    return {key.removeprefix("host."): value for key, value in host_tags().items()}

@@ -22,7 +22,8 @@ weights that metrics.json records (`model_sha256`).
 Until then `read_unfinished` gives the finished rows (`acesql eval --compare` reads them).
 When every chunk is done the folder holds:
 
-- `metrics.json`: the summary (`acesql.eval.metrics`), with model, dataset, split and time;
+- `metrics.json`: the summary (`acesql.eval.metrics`), with model, dataset, split, time and
+  host (the CPU and its bf16 support: greedy answers in bf16 depend on them);
 - `settings.json`: every setting that decides the rows (what the resume fingerprint covers),
   so a comparison can say where two evaluations were run differently;
 - `rows.jsonl`: one row per question (`acesql.eval.end_to_end`);
@@ -50,6 +51,7 @@ from acesql.eval.end_to_end import EvalOptions, evaluate_examples
 from acesql.eval.metrics import summarize
 from acesql.eval.report import write_report
 from acesql.eval.sql_eval import write_bird_predictions
+from acesql.host import host_facts
 from acesql.locks import folder_locked
 from acesql.memory import release_free_heap
 from acesql.storage import file_sha256
@@ -126,6 +128,7 @@ def evaluate_to_folder(
         rows = [done[e.index] for e in examples]
         summary = _described(summarize(rows), model, dataset, split, settings, start)
         summary["model_sha256"] = digest
+        summary["host"] = host_facts()  # bf16 answers depend on the CPU
         summary["seconds_total"] = round(earlier_seconds + summary["seconds"], 1)
         if growing is not None:
             print(

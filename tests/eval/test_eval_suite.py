@@ -17,6 +17,7 @@ from acesql.eval.end_to_end import EvalOptions, evaluate_examples
 from acesql.eval.metrics import failure_category, summarize
 from acesql.eval.runner import evaluate_to_folder, fingerprint, model_digest, read_unfinished
 from acesql.eval.sql_eval import load_predictions, write_bird_predictions
+from acesql.host import host_facts
 from acesql.locks import lock_folder
 from acesql.sql.batch_executor import BatchExecutor
 from acesql.sql.majority import majority_vote
@@ -425,6 +426,7 @@ def test_a_larger_limit_into_a_finished_folder_scores_only_the_questions_it_adds
             examples[:8], first, prompts, executor, tmp_path / "a", **kwargs
         )
         assert small["model_sha256"] == model_digest(str(tiny_model_dir))
+        assert small["host"] == host_facts()  # where it ran: bf16 answers depend on it
         widened = Scripted(examples, answer)
         summary, rows = evaluate_to_folder(
             examples, widened, prompts, executor, tmp_path / "a", **kwargs
