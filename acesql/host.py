@@ -20,7 +20,7 @@ NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 @cache
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes in bf16 natively (Linux: read from /proc/cpuinfo)."""
-    return any(flag in _cpuinfo().split() for flag in NATIVE_BF16_FLAGS)
+    return not _cpu_flags().isdisjoint(NATIVE_BF16_FLAGS)
 
 
 @cache
@@ -38,10 +38,15 @@ def host_tags() -> dict[str, str]:
         "host.cpu_native_bf16": str(cpu_has_native_bf16()).lower(),
         # AMX computes bf16 matrix products otherwise than AVX-512 BF16 alone: two hosts that
         # both say "Intel Xeon" and native bf16 train different weights when one has it
-        "host.cpu_amx": str("amx_bf16" in _cpuinfo().split()).lower(),
+        "host.cpu_amx": str("amx_bf16" in _cpu_flags()).lower(),
         "host.torch": torch.__version__,
         "host.cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
     }
+
+
+def _cpu_flags() -> set[str]:
+    """The words of /proc/cpuinfo, its flags among them (read once, by `_cpuinfo`)."""
+    return set(_cpuinfo().split())
 
 
 @cache
