@@ -6,9 +6,8 @@ STAMP := $(VENV)/.installed
 SPIDER ?= ../shared/data/spider
 
 export PREFECT_HOME ?= $(CURDIR)/.prefect
-export PREFECT_SERVER_ANALYTICS_ENABLED := false
-export MLFLOW_DISABLE_TELEMETRY := true
-export DO_NOT_TRACK := 1
+include telemetry.env
+export $(shell grep -o '^[A-Z_]*' telemetry.env)
 export TOKENIZERS_PARALLELISM := false
 
 .PHONY: setup run exps heldout ui ui-stop deploy worker trigger test test-slow test-gpu lint format bench bench-pcgrad bench-grpo bench-replicas bench-dist clean

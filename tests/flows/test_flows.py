@@ -975,6 +975,29 @@ def test_a_flow_started_without_make_reports_nothing_and_keeps_prefect_in_the_pr
         "DO_NOT_TRACK": "1",
         "PREFECT_HOME": str(root / ".prefect"),
     }
+    assert flows.telemetry_defaults() == {k: json.loads(plain.stdout)[k] for k in keys}
     env["PREFECT_HOME"] = "/elsewhere"
     mine = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True)
     assert json.loads(mine.stdout)["PREFECT_HOME"] == "/elsewhere"
+
+
+def test_the_makefile_exports_telemetry_env(tmp_path):
+    """The Makefile includes telemetry.env: the commands it runs see each of its settings."""
+    root = Path(flows.__file__).resolve().parents[1]
+    show = tmp_path / "show.mk"
+    show.write_text("show:\n\t@env\n")
+    keys = flows.telemetry_defaults()
+    env = {k: v for k, v in os.environ.items() if k not in keys}
+    out = subprocess.run(
+        ["make", "-s", "-f", "Makefile", "-f", str(show), "show"],
+        cwd=root, env=env, capture_output=True, text=True, check=True,
+    ).stdout
+    seen = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    assert keys and {k: seen.get(k) for k in keys} == keys
+
+
+def test_telemetry_defaults_read_key_value_lines(tmp_path):
+    path = tmp_path / "t.env"
+    path.write_text("# a comment\n\nA=1\nB = x=y\n")
+    assert flows.telemetry_defaults(path) == {"A": "1", "B": "x=y"}
+    assert flows.telemetry_defaults(tmp_path / "missing.env") == {}

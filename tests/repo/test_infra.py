@@ -21,6 +21,8 @@ import jsonschema
 import pytest
 import yaml
 
+from flows import telemetry_defaults
+
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
 COMPOSE = INFRA / "docker-compose.yml"
@@ -433,6 +435,28 @@ def test_dockerfile_essentials(dockerfile):
     assert "MLFLOW_DISABLE_TELEMETRY=true" in env
 
 
+def _telemetry_keys_set(pairs: dict[str, str]) -> dict[str, str]:
+    return {k: str(v) for k, v in pairs.items() if k in telemetry_defaults()}
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_images_carry_telemetry_env_as_it_is(dockerfile):
+    """An image cannot include telemetry.env: what it sets of it must be the file's values, and
+    an image that runs flows (a worker) sets all of it."""
+    words = shlex.split(" ".join(values(parse_dockerfile(dockerfile), "ENV")))
+    env = _telemetry_keys_set(dict(w.split("=", 1) for w in words if "=" in w))
+    expected = telemetry_defaults()
+    assert env == {k: expected[k] for k in env}
+    if "worker" in dockerfile.name:
+        assert env == expected
+
+
+def test_compose_services_carry_telemetry_env_as_it_is(compose):
+    for name, service in compose["services"].items():
+        env = _telemetry_keys_set(service.get("environment") or {})
+        assert env == {k: telemetry_defaults()[k] for k in env}, name
+
+
 @pytest.mark.parametrize(
     ("name", "base", "pool"),
     [
@@ -444,7 +468,6 @@ def test_worker_images(name, base, pool):
     instructions = parse_dockerfile(INFRA / "docker" / name)
     assert values(instructions, "FROM")[0].startswith(base)
     assert json.loads(values(instructions, "CMD")[-1])[:7] == worker_command(pool)
-    assert "PREFECT_SERVER_ANALYTICS_ENABLED=false" in " ".join(values(instructions, "ENV"))
     assert any("-c constraints.txt ." in run for run in values(instructions, "RUN"))
 
 
