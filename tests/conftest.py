@@ -20,6 +20,7 @@ atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
 os.environ["PREFECT_HOME"] = os.path.join(_SCRATCH, "prefect")
 os.environ["DVC_SITE_CACHE_DIR"] = os.path.join(_SCRATCH, "dvc-site-cache")
 import flows  # noqa: E402, F401  (telemetry.env's settings, before Prefect or MLflow is imported)
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # `make test` runs one worker a core: one thread each, so the workers do not oversubscribe
     # the cores with torch's and BLAS's own threads (set before either is imported)

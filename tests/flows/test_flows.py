@@ -990,7 +990,11 @@ def test_the_makefile_exports_telemetry_env(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in keys}
     out = subprocess.run(
         ["make", "-s", "-f", "Makefile", "-f", str(show), "show"],
-        cwd=root, env=env, capture_output=True, text=True, check=True,
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     seen = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     assert keys and {k: seen.get(k) for k in keys} == keys
