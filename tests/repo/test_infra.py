@@ -33,6 +33,7 @@ DOCKERFILES = sorted((INFRA / "docker").glob("*.Dockerfile"))
 ACCELERATE_CONFIGS = sorted((INFRA / "accelerate").glob("*.yaml"))
 COMPOSE_SPEC = Path(__file__).parents[1] / "fixtures" / "compose-spec.json"
 BUCKETS = {"mlflow", "acesql-artifacts", "acesql-dvc"}
+TELEMETRY = telemetry_defaults()
 
 # Compose's interpolation: $$, ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error},
 # ${VAR?error}, ${VAR:+alt}, ${VAR+alt}, $VAR
@@ -436,7 +437,7 @@ def test_dockerfile_essentials(dockerfile):
 
 
 def _telemetry_keys_set(pairs: dict[str, str]) -> dict[str, str]:
-    return {k: str(v) for k, v in pairs.items() if k in telemetry_defaults()}
+    return {k: str(v) for k, v in pairs.items() if k in TELEMETRY}
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -445,16 +446,15 @@ def test_images_carry_telemetry_env_as_it_is(dockerfile):
     an image that runs flows (a worker) sets all of it."""
     words = shlex.split(" ".join(values(parse_dockerfile(dockerfile), "ENV")))
     env = _telemetry_keys_set(dict(w.split("=", 1) for w in words if "=" in w))
-    expected = telemetry_defaults()
-    assert env == {k: expected[k] for k in env}
+    assert env == {k: TELEMETRY[k] for k in env}
     if "worker" in dockerfile.name:
-        assert env == expected
+        assert env == TELEMETRY
 
 
 def test_compose_services_carry_telemetry_env_as_it_is(compose):
     for name, service in compose["services"].items():
         env = _telemetry_keys_set(service.get("environment") or {})
-        assert env == {k: telemetry_defaults()[k] for k in env}, name
+        assert env == {k: TELEMETRY[k] for k in env}, name
 
 
 @pytest.mark.parametrize(
