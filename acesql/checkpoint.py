@@ -29,6 +29,14 @@ What each caller chooses:
 - `latest(None)` takes the newest complete checkpoint of any run (what inspecting a folder
   wants); both trainers pass their fingerprint.
 
+Before a trainer starts it checks the room its saves need (`require_free_space`): a run
+that fills the disk dies at its next save, after the work since the last one is done;
+short of room, it stops before the first step with a message that says how much is missing.
+
+    need = weights_bytes(model.parameters())  # the final model
+    need += ckpts.bytes_needed(checkpoint_bytes(model, trainable), saves)
+    require_free_space(out_dir, need, "GRPO")
+
 The final model goes next to the checkpoints with `save_model(model, tokenizer, out_dir)`: its
 files are written into a hidden staging folder first and then moved in one by one with
 atomic renames, so a kill mid-save never leaves a truncated weights file behind.
@@ -44,6 +52,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from acesql.errors import DiskSpaceError
 from acesql.staging import scratch_dir
 
 KEEP = 2
@@ -104,6 +113,13 @@ class Checkpoints:
             shutil.rmtree(path, ignore_errors=True)
         return old
 
+    def bytes_needed(self, checkpoint_bytes: int, saves: int) -> int:
+        """The most room the next `saves` checkpoints of `checkpoint_bytes` take beyond the
+        folders already here: the newest is written before the oldest is pruned, so up to
+        `keep + 1` stand at once."""
+        held = len(self.folders())
+        return max(0, min(self.keep + 1, held + saves) - held) * checkpoint_bytes
+
     def folders(self) -> list[Path]:
         """Every `step-*` folder, oldest first (complete or not, of any run)."""
         return sorted(self.root.glob(f"{PREFIX}*"))
@@ -146,3 +162,33 @@ def save_model(model, tokenizer, out_dir: Path, state_dict: dict | None = None) 
         tokenizer.save_pretrained(staging)
         for path in sorted(staging.iterdir()):
             os.replace(path, out_dir / path.name)
+
+
+def weights_bytes(parameters: Iterable) -> int:
+    """Bytes of `parameters` as held (what `save_pretrained` writes of them)."""
+    return sum(p.numel() * p.element_size() for p in parameters)
+
+
+def checkpoint_bytes(model, trainable: Iterable) -> int:
+    """A checkpoint's size: the whole model's weights and AdamW's two moments per trainable
+    parameter (in the parameter's dtype)."""
+    return weights_bytes(model.parameters()) + 2 * weights_bytes(trainable)
+
+
+def require_free_space(folder: str | Path, need: int, what: str) -> None:
+    """Raise `DiskSpaceError` when the disk under `folder` has less than `need` bytes free."""
+    probe = Path(folder).absolute()
+    while not probe.exists():  # the folder itself may not be made yet
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need:
+        raise DiskSpaceError(
+            f"{what} will write about {_gb(need)} (its checkpoints and final model) under "
+            f"{folder}, and the disk holds {_gb(free)} free: free {_gb(need - free)} or more "
+            "(old checkpoints and workspaces; `dvc gc` clears the DVC cache of old versions) "
+            "and run it again"
+        )
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB"

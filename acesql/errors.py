@@ -26,6 +26,10 @@ class StorageError(AcesqlError):
     """An artifact store or DVC remote is unreachable, misconfigured, or holds a bad object."""
 
 
+class DiskSpaceError(AcesqlError):
+    """The disk holds too little free space for what a run will write."""
+
+
 class ReplicaError(AcesqlError):
     """A database replica could not be handed out, used or restored."""
 

@@ -66,11 +66,19 @@ from pathlib import Path
 
 import torch
 
-from acesql.checkpoint import Checkpoint, Checkpoints, fingerprint, save_model
+from acesql.checkpoint import (
+    Checkpoint,
+    Checkpoints,
+    checkpoint_bytes,
+    fingerprint,
+    require_free_space,
+    save_model,
+    weights_bytes,
+)
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache
 from acesql.distributed import SINGLE, Dist, full_state_dict, load_full_state, shard_model
-from acesql.errors import ConfigError
+from acesql.errors import ConfigError, DiskSpaceError
 from acesql.grpo.plots import curves_figure
 from acesql.grpo.pool import EmpiricalPool
 from acesql.grpo.rewards import ROLES
@@ -279,6 +287,7 @@ class GrpoTrainer:
     def train(self) -> dict:
         """Run (or resume) to the last step or the time budget; save the final model."""
         resumed_from = self._resume()
+        self._check_room()
         budget = self.cfg.time_budget_minutes * 60 if self.cfg.time_budget_minutes else math.inf
         started = time.monotonic() - self.state.elapsed_s
         stop_reason = "steps"
@@ -441,6 +450,26 @@ class GrpoTrainer:
         path = self.checkpoints.commit(step, dict(self.state.__dict__))
         dist.barrier()
         return path
+
+    def _check_room(self) -> None:
+        """Stop before the first step when the disk cannot hold the saves still to come: the
+        checkpoints, the final model and, when validating, `best/` (process 0 writes them)."""
+        short = None
+        if self.dist.is_main:
+            every, total = self.cfg.checkpoint_every, self.total_steps
+            saves = sum(
+                1 for s in range(self.state.step + 1, total + 1) if s % every == 0 or s == total
+            )
+            trainable = [p for p in self.model.parameters() if p.requires_grad]
+            models = 2 if self.eval_examples else 1
+            need = models * weights_bytes(self.model.parameters())
+            need += self.checkpoints.bytes_needed(checkpoint_bytes(self.model, trainable), saves)
+            try:
+                require_free_space(self.out_dir, need, "GRPO")
+            except DiskSpaceError as err:
+                short = err
+        if self.dist.any(short is not None):  # every process stops, not process 0 alone
+            raise short or DiskSpaceError("process 0 has too little disk for the saves: see it")
 
     def _full_states(self) -> tuple[dict | None, dict]:
         """(model state for `save_pretrained`, optimizer state) as one process would hold them;

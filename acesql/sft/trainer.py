@@ -30,8 +30,16 @@ from pathlib import Path
 
 import torch
 
-from acesql.checkpoint import Checkpoints, fingerprint, save_model
+from acesql.checkpoint import (
+    Checkpoints,
+    checkpoint_bytes,
+    fingerprint,
+    require_free_space,
+    save_model,
+    weights_bytes,
+)
 from acesql.config import SftSection
+from acesql.errors import DiskSpaceError
 from acesql.models.base_model import load_model, load_tokenizer
 from acesql.models.freezing import train_top_layers
 from acesql.models.logits import IGNORE, response_loss
@@ -125,6 +133,7 @@ def train_sft(
     if not items:
         raise ValueError("no SFT record fits sft.max_length; raise it or shorten the prompts")
     run = _prepare(model_dir, records, len(items), config, device, seed, ckpts)
+    _check_room(run, config, ckpts, out_dir)
     stop_reason = _train(run, items, tokenizer.pad_token_id, config, seed, tracker, ckpts)
     run.accelerator.wait_for_everyone()
     _save_model(run.accelerator, run.model, tokenizer, out_dir)
@@ -211,6 +220,26 @@ def _prepare(model_dir, records, n_items, config: SftSection, device, seed, ckpt
         total_steps,
         resume.state["step"] if resume else 0,
     )
+
+
+def _check_room(run: _Run, config: SftSection, ckpts: Checkpoints, out_dir: Path) -> None:
+    """Stop before the first step when the disk cannot hold the checkpoints still to come and
+    the final model (the main process checks; every process stops)."""
+    accelerator, short = run.accelerator, None
+    if accelerator.is_main_process:
+        model = accelerator.unwrap_model(run.model)
+        last = min(run.total_steps, config.max_steps or run.total_steps)
+        saves = last // config.checkpoint_every - run.state["step"] // config.checkpoint_every
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        need = weights_bytes(model.parameters())
+        need += ckpts.bytes_needed(checkpoint_bytes(model, trainable), saves)
+        try:
+            require_free_space(out_dir, need, "SFT")
+        except DiskSpaceError as err:
+            short = err
+    flag = torch.tensor(float(short is not None), device=accelerator.device)
+    if float(accelerator.reduce(flag, "sum")) > 0:
+        raise short or DiskSpaceError("the main process has too little disk for the saves")
 
 
 def _train(run: _Run, items, pad_id, config: SftSection, seed, tracker, ckpts) -> str:

@@ -1,10 +1,21 @@
 """The checkpoint folders both trainers share: atomic saves, keep-N, fingerprints, resume."""
 
 import json
+import shutil
+from collections import namedtuple
 
 import pytest
+import torch
 
-from acesql.checkpoint import Checkpoint, Checkpoints, fingerprint
+from acesql.checkpoint import (
+    Checkpoint,
+    Checkpoints,
+    checkpoint_bytes,
+    fingerprint,
+    require_free_space,
+    weights_bytes,
+)
+from acesql.errors import DiskSpaceError
 
 
 def _write(text):
@@ -169,3 +180,54 @@ def test_grpo_fingerprint_is_the_one_written_before_the_shared_module():
     assert run_fingerprint("models/sft", 3, paced, examples, pool) == "615554f5524fec66"
     pool.seed("k2", [["t.a"]])
     assert run_fingerprint("models/sft", 3, GrpoSection(), examples, pool) != "615554f5524fec66"
+
+
+# ------------------------------------------------------------------- room for the saves
+
+
+@pytest.mark.parametrize(
+    ("held", "saves", "keep", "checkpoints"),
+    [
+        (0, 5, 2, 3),  # the third is written before the first goes
+        (0, 1, 2, 1),
+        (0, 0, 2, 0),
+        (2, 4, 2, 1),  # two already here: one more stands beside them at most
+        (1, 3, 3, 3),
+        (3, 1, 2, 0),  # more than keep already here: the next save prunes them
+    ],
+)
+def test_bytes_needed_counts_the_checkpoints_that_stand_at_once(
+    tmp_path, held, saves, keep, checkpoints
+):
+    ckpts = Checkpoints(tmp_path, keep=keep + 5)  # hold `held` folders without pruning them
+    for step in range(1, held + 1):
+        _save(ckpts, step)
+    ckpts.keep = keep
+    assert ckpts.bytes_needed(1000, saves) == checkpoints * 1000
+
+
+def test_checkpoint_bytes_are_the_weights_and_two_moments_of_the_trainable_ones():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2, dtype=torch.bfloat16))
+    model[0].requires_grad_(False)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert weights_bytes(model.parameters()) == (12 + 4) * 4 + (8 + 2) * 2
+    assert checkpoint_bytes(model, trainable) == 84 + 2 * (8 + 2) * 2
+
+
+Usage = namedtuple("Usage", "total used free")
+
+
+def test_require_free_space_says_how_much_is_missing(tmp_path, monkeypatch):
+    seen = []
+
+    def usage(path):
+        seen.append(path)
+        return Usage(10**12, 10**12 - 3 * 10**9, 3 * 10**9)
+
+    monkeypatch.setattr(shutil, "disk_usage", usage)
+    require_free_space(tmp_path / "models" / "grpo", 2 * 10**9, "GRPO")
+    assert seen == [tmp_path]  # the nearest folder that exists
+    with pytest.raises(
+        DiskSpaceError, match=r"GRPO will write about 7.5 GB .* holds 3.0 GB free: free 4.5 GB"
+    ):
+        require_free_space(tmp_path, 7_500_000_000, "GRPO")

@@ -7,16 +7,19 @@ update runs the same code as with a real model.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections import namedtuple
 
 import pytest
 import torch
 import yaml
 
 from acesql.data.loaders import load_dataset
+from acesql.errors import DiskSpaceError
 from acesql.eval.end_to_end import Validation
 from acesql.grpo.pool import EmpiricalPool
 from acesql.grpo.rollout import question_key
@@ -265,6 +268,20 @@ def test_train_writes_outputs_and_checkpoints(tiny_model_dir, examples, tmp_path
     ]
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000001", "step-000002"]
     assert EmpiricalPool.load(out / "pool.json").to_dict() == trainer.pool.to_dict()
+
+
+def test_train_stops_before_the_first_step_when_the_disk_is_short(
+    tiny_model_dir, examples, tmp_path, monkeypatch
+):
+    trainer = grpo_trainer(tiny_model_dir, examples, tmp_path, grpo_config(max_steps=2))
+    stepped = []
+    monkeypatch.setattr(trainer, "step", lambda: stepped.append(1))
+    free = namedtuple("Usage", "total used free")(10**9, 10**9 - 1000, 1000)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: free)
+    with pytest.raises(DiskSpaceError, match="GRPO will write about"):
+        trainer.train()
+    trainer.close()
+    assert stepped == [] and not (tmp_path / "grpo" / "checkpoints").exists()
 
 
 # ------------------------------------------------------------------- the stages, killed

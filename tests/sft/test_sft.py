@@ -1,12 +1,15 @@
 """SFT targets (gold and self-distilled), the mixed SFT trainer, and its resume after a kill."""
 
 import json
+import shutil
+from collections import namedtuple
 
 import pytest
 
 from acesql.config import SftSection
 from acesql.data.loaders import load_dataset
 from acesql.data.schemas import SchemaCache
+from acesql.errors import DiskSpaceError
 from acesql.models.engine import Completion
 from acesql.models.prompts import PromptBuilder
 from acesql.sft.data import build_generator_distilled, build_gold, build_self_distilled
@@ -438,3 +441,15 @@ def test_sft_data_stage_warns_on_a_thin_cold_start_and_stops_on_none(
     )
     # the previous run's targets are left as they were
     assert len((tmp_path / "data" / "sft" / "retriever.jsonl").read_text().splitlines()) == n
+
+
+def test_train_stops_before_the_first_step_when_the_disk_is_short(
+    tiny_model_dir, examples, prompts, tmp_path, monkeypatch
+):
+    records, _ = build_gold(examples, prompts, SchemaCache(0), max_prompt_tokens=100_000)
+    free = namedtuple("Usage", "total used free")(10**9, 10**9 - 1000, 1000)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: free)
+    config = SftSection(epochs=1, batch_size=4, grad_accum=1, max_length=4096)
+    with pytest.raises(DiskSpaceError, match="SFT will write about"):
+        train_sft(tiny_model_dir, records, tmp_path / "sft", config, device="cpu")
+    assert not (tmp_path / "sft" / "checkpoints").exists()
