@@ -33,8 +33,7 @@ Before a trainer starts it checks the room its saves need (`require_free_space`)
 that fills the disk dies at its next save, after the work since the last one is done;
 short of room, it stops before the first step with a message that says how much is missing.
 
-    need = weights_bytes(model.parameters())  # the final model
-    need += ckpts.bytes_needed(checkpoint_bytes(model, trainable), saves)
+    need = saves_bytes(model, ckpts, saves, models=1)  # the checkpoints to come, the final model
     require_free_space(out_dir, need, "GRPO")
 
 The final model goes next to the checkpoints with `save_model(model, tokenizer, out_dir)`: its
@@ -173,6 +172,14 @@ def checkpoint_bytes(model, trainable: Iterable) -> int:
     """A checkpoint's size: the whole model's weights and AdamW's two moments per trainable
     parameter (in the parameter's dtype)."""
     return weights_bytes(model.parameters()) + 2 * weights_bytes(trainable)
+
+
+def saves_bytes(model, ckpts: Checkpoints, saves: int, *, models: int = 1) -> int:
+    """The room a run's next `saves` checkpoints and `models` copies of its weights (the final
+    model, `best/`) take; `model`'s parameters that require grad are the trainable ones."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    checkpoint = checkpoint_bytes(model, trainable)
+    return models * weights_bytes(model.parameters()) + ckpts.bytes_needed(checkpoint, saves)
 
 
 def require_free_space(folder: str | Path, need: int, what: str) -> None:

@@ -69,11 +69,10 @@ import torch
 from acesql.checkpoint import (
     Checkpoint,
     Checkpoints,
-    checkpoint_bytes,
     fingerprint,
     require_free_space,
     save_model,
-    weights_bytes,
+    saves_bytes,
 )
 from acesql.data.loaders import Example
 from acesql.data.schemas import SchemaCache
@@ -460,10 +459,8 @@ class GrpoTrainer:
             saves = sum(
                 1 for s in range(self.state.step + 1, total + 1) if s % every == 0 or s == total
             )
-            trainable = [p for p in self.model.parameters() if p.requires_grad]
             models = 2 if self.eval_examples else 1
-            need = models * weights_bytes(self.model.parameters())
-            need += self.checkpoints.bytes_needed(checkpoint_bytes(self.model, trainable), saves)
+            need = saves_bytes(self.model, self.checkpoints, saves, models=models)
             try:
                 require_free_space(self.out_dir, need, "GRPO")
             except DiskSpaceError as err:

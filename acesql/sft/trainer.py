@@ -30,14 +30,7 @@ from pathlib import Path
 
 import torch
 
-from acesql.checkpoint import (
-    Checkpoints,
-    checkpoint_bytes,
-    fingerprint,
-    require_free_space,
-    save_model,
-    weights_bytes,
-)
+from acesql.checkpoint import Checkpoints, fingerprint, require_free_space, save_model, saves_bytes
 from acesql.config import SftSection
 from acesql.errors import DiskSpaceError
 from acesql.models.base_model import load_model, load_tokenizer
@@ -230,9 +223,7 @@ def _check_room(run: _Run, config: SftSection, ckpts: Checkpoints, out_dir: Path
         model = accelerator.unwrap_model(run.model)
         last = min(run.total_steps, config.max_steps or run.total_steps)
         saves = last // config.checkpoint_every - run.state["step"] // config.checkpoint_every
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        need = weights_bytes(model.parameters())
-        need += ckpts.bytes_needed(checkpoint_bytes(model, trainable), saves)
+        need = saves_bytes(model, ckpts, saves)
         try:
             require_free_space(out_dir, need, "SFT")
         except DiskSpaceError as err:

@@ -13,6 +13,7 @@ from acesql.checkpoint import (
     checkpoint_bytes,
     fingerprint,
     require_free_space,
+    saves_bytes,
     weights_bytes,
 )
 from acesql.errors import DiskSpaceError
@@ -212,6 +213,13 @@ def test_checkpoint_bytes_are_the_weights_and_two_moments_of_the_trainable_ones(
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert weights_bytes(model.parameters()) == (12 + 4) * 4 + (8 + 2) * 2
     assert checkpoint_bytes(model, trainable) == 84 + 2 * (8 + 2) * 2
+
+
+def test_saves_bytes_adds_the_weights_once_per_model_kept(tmp_path):
+    model = torch.nn.Linear(3, 4)  # 16 float32 parameters, all trainable: 64 bytes
+    ckpts = Checkpoints(tmp_path)  # keep 2: three checkpoints of 64 + 128 bytes at most
+    assert saves_bytes(model, ckpts, 5) == 64 + 3 * 192
+    assert saves_bytes(model, ckpts, 1, models=2) == 2 * 64 + 192
 
 
 Usage = namedtuple("Usage", "total used free")
